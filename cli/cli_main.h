@@ -1,0 +1,46 @@
+#pragma once
+
+#include <functional>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <boost/program_options.hpp>
+
+#include "runtime/pipeline_error.h"
+
+namespace gpipe {
+
+// Exit codes shared by every gpipe CLI.
+constexpr int kExitError = 1;  // the input or the run failed (message on stderr)
+constexpr int kExitUsage = 2;  // the command line itself is wrong
+
+// Runs a CLI body, turning exceptions into one readable line on stderr.
+inline int RunCli(const char* program, const std::function<int()>& body) {
+  try {
+    return body();
+  } catch (const boost::program_options::error& e) {
+    std::cerr << program << ": " << e.what() << "; see " << program << " --help\n";
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    std::cerr << program << ": error: " << ErrorMessage(e) << "\n";
+    return kExitError;
+  }
+}
+
+inline std::vector<std::string> SplitList(const std::string& text) {
+  std::vector<std::string> out;
+  std::string item;
+  for (char c : text) {
+    if (c == ',') {
+      out.push_back(item);
+      item.clear();
+    } else {
+      item += c;
+    }
+  }
+  if (!text.empty()) out.push_back(item);
+  return out;
+}
+
+}  // namespace gpipe

@@ -1,0 +1,136 @@
+// gpipe-run: run or train a pipelined artifact on random data.
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+
+#include <boost/program_options.hpp>
+#include <torch/torch.h>
+
+#include "cli/cli_main.h"
+#include "runtime/pipeline.h"
+#include "runtime/sample_input.h"
+
+namespace po = boost::program_options;
+
+namespace {
+
+at::Tensor Loss(const std::string& kind, const at::Tensor& output, const at::Tensor& target) {
+  if (kind == "mse") return torch::mse_loss(output, target);
+  if (kind == "sum") return output.sum();
+  TORCH_CHECK(false, "unknown --loss '", kind, "'; use mse or sum");
+}
+
+int Main(int argc, char** argv) {
+  std::string artifact, sample_input, loss_kind, checkpoint, devices, save;
+  int64_t steps = 10, chunks = 0, seed = 0, threads = 0;
+  double lr = 0.01;
+  po::options_description opts(
+      "Usage: gpipe-run ART.gpipe --sample-input SHAPE [options]\n"
+      "Runs (or with --train, trains) a pipelined artifact on random data and reports\n"
+      "throughput.\n\nOptions");
+  opts.add_options()
+      ("help,h", "print this help and exit")
+      ("artifact", po::value(&artifact), "artifact written by gpipe-compile (positional)")
+      ("sample-input", po::value(&sample_input), "input shape(s), e.g. 64x512 or 8x128:int64:1000 (required)")
+      ("train", "train with SGD instead of running inference")
+      ("steps", po::value(&steps)->default_value(10), "number of steps")
+      ("lr", po::value(&lr)->default_value(0.01), "--train: SGD learning rate")
+      ("loss", po::value(&loss_kind)->default_value("mse"), "--train: mse (against a fixed random target) or sum")
+      ("chunks", po::value(&chunks)->default_value(0), "micro-batches (0 = as compiled)")
+      ("checkpoint", po::value(&checkpoint), "always, except_last or never (default: as compiled)")
+      ("devices", po::value(&devices), "one device per stage (default: as compiled)")
+      ("seed", po::value(&seed)->default_value(0), "seed for inputs, target and dropout")
+      ("threads", po::value(&threads)->default_value(0), "intra-op threads (0 = LibTorch's default)")
+      ("save", po::value(&save), "after the last step, write the (trained) artifact here, atomically");
+  po::positional_options_description positional;
+  positional.add("artifact", 1);
+  po::variables_map vm;
+  po::store(po::command_line_parser(argc, argv).options(opts).positional(positional).run(), vm);
+  if (vm.count("help")) {
+    std::cout << opts << "\n";
+    return 0;
+  }
+  po::notify(vm);
+  if (artifact.empty()) throw po::error("the artifact file is missing");
+  if (sample_input.empty()) throw po::error("--sample-input is required");
+  if (steps < 1) throw po::error("--steps must be at least 1");
+  if (chunks < 0) throw po::error("--chunks must be at least 1 (or 0 for the compiled value)");
+  if (threads > 0) at::set_num_threads(static_cast<int>(threads));
+  const bool train = vm.count("train") > 0;
+  if (train) Loss(loss_kind, torch::zeros({1}), torch::zeros({1}));  // reject a bad --loss now
+
+  gpipe::PipelineOptions options;
+  if (chunks > 0) options.chunks = chunks;
+  if (vm.count("checkpoint")) options.checkpoint = gpipe::ParseCheckpointMode(checkpoint);
+  if (vm.count("devices")) options.devices = gpipe::SplitList(devices);
+  auto specs = gpipe::ParseInputSpecs(sample_input);
+  gpipe::Pipeline pipe = gpipe::Pipeline::load(artifact, options);
+  pipe.train(train);
+
+  torch::manual_seed(seed);
+  std::vector<c10::IValue> inputs = gpipe::MakeSampleInputs(specs);
+  const int64_t batch = specs[0].shape[0];
+  std::printf("%s: %zu stages, chunks %lld, checkpoint %s, batch %lld, %s\n", artifact.c_str(),
+              pipe.num_stages(), static_cast<long long>(pipe.chunks()),
+              gpipe::ToString(pipe.checkpoint()).c_str(), static_cast<long long>(batch),
+              train ? "training" : "inference");
+
+  torch::optim::SGD optimizer(pipe.parameters(), torch::optim::SGDOptions(lr));
+  at::Tensor target;
+  std::vector<double> rates;
+  double first_loss = 0, last_loss = 0;
+  for (int64_t step = 1; step <= steps; ++step) {
+    auto start = std::chrono::steady_clock::now();
+    double loss_value = 0;
+    if (train) {
+      optimizer.zero_grad();
+      at::Tensor out = pipe.forward(inputs).at(0);
+      if (!target.defined()) target = torch::randn_like(out.detach());
+      at::Tensor loss = Loss(loss_kind, out, target);
+      TORCH_CHECK(std::isfinite(loss.item<double>()), "step ", step, ": the loss is ",
+                  loss.item<double>(), "; lower --lr");
+      loss.backward();
+      optimizer.step();
+      loss_value = loss.item<double>();
+    } else {
+      torch::NoGradGuard no_grad;
+      pipe.forward(inputs);
+    }
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    rates.push_back(static_cast<double>(batch) / seconds);
+    if (step == 1) first_loss = loss_value;
+    last_loss = loss_value;
+    if (train) {
+      std::printf("step %lld/%lld  loss %.6f  %.1f samples/s\n", static_cast<long long>(step),
+                  static_cast<long long>(steps), loss_value, rates.back());
+    } else {
+      std::printf("step %lld/%lld  %.1f samples/s\n", static_cast<long long>(step),
+                  static_cast<long long>(steps), rates.back());
+    }
+    std::fflush(stdout);
+  }
+  // Step 1 pays for warm-up (allocations, executor profiling): leave it out when we can.
+  std::vector<double> steady(rates.size() > 1 ? rates.begin() + 1 : rates.begin(), rates.end());
+  std::sort(steady.begin(), steady.end());
+  double median = steady[steady.size() / 2];
+  if (train) {
+    std::printf("summary: %lld steps, loss %.6f -> %.6f, median %.1f samples/s (steps %s)\n",
+                static_cast<long long>(steps), first_loss, last_loss, median,
+                rates.size() > 1 ? "2.." : "1");
+  } else {
+    std::printf("summary: %lld steps, median %.1f samples/s\n", static_cast<long long>(steps), median);
+  }
+  if (!save.empty()) {
+    pipe.save(save);
+    std::printf("saved %s\n", save.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return gpipe::RunCli("gpipe-run", [&] { return Main(argc, argv); });
+}

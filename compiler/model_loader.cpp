@@ -1,0 +1,40 @@
+#include "compiler/model_loader.h"
+
+#include <filesystem>
+
+#include <torch/csrc/jit/passes/constant_propagation.h>
+#include <torch/csrc/jit/passes/dead_code_elimination.h>
+#include <torch/csrc/jit/passes/inliner.h>
+
+namespace gpipe {
+
+torch::jit::Module LoadModel(const std::string& path) {
+  TORCH_CHECK(std::filesystem::exists(path), "model file '", path,
+              "' does not exist; export one with torch.jit.script(model).save('", path, "')");
+  TORCH_CHECK(std::filesystem::is_regular_file(path), "model path '", path, "' is not a file");
+  try {
+    return torch::jit::load(path, c10::Device(c10::kCPU));
+  } catch (const c10::Error& e) {
+    TORCH_CHECK(false, "cannot load '", path, "' as a TorchScript model (",
+                e.what_without_backtrace(), "); export it with torch.jit.script(model).save(...) "
+                "or torch.jit.trace(model, example).save(...)");
+  }
+}
+
+LoweredModel LowerModel(const torch::jit::Module& module) {
+  TORCH_CHECK(module.find_method("forward"), "the model has no forward method");
+  LoweredModel lowered;
+  lowered.module = module;
+  lowered.graph = module.get_method("forward").graph()->copy();
+  torch::jit::Inline(*lowered.graph);
+  lowered.num_inputs = lowered.graph->inputs().size() - 1;  // minus self
+  for (size_t k = 1; k < lowered.graph->inputs().size(); ++k) {
+    lowered.input_names.push_back(lowered.graph->inputs()[k]->debugName());
+  }
+  lowered.attributes = LiftAttributes(lowered.graph, module._ivalue());
+  torch::jit::ConstantPropagation(lowered.graph);
+  torch::jit::EliminateDeadCode(lowered.graph);
+  return lowered;
+}
+
+}  // namespace gpipe

@@ -1,0 +1,27 @@
+#pragma once
+
+#include <vector>
+
+#include <torch/script.h>
+
+#include "passes/lift_attributes.h"
+#include "passes/split_stages.h"
+#include "runtime/manifest.h"
+
+namespace gpipe {
+
+struct BuiltStage {
+  torch::jit::Module module;
+  std::vector<ParameterEntry> parameters;
+  bool uses_rng = false;
+};
+
+// Wraps a stage graph in a saveable TorchScript module that owns exactly the
+// stage's attributes: each attribute input becomes a parameter or buffer of
+// the module (an identifier name; the original dotted name goes to the
+// manifest), the training flag becomes the module's own `training`, and the
+// remaining inputs are forward's arguments.
+BuiltStage BuildStageModule(const StageGraph& stage, const std::vector<LiftedAttribute>& attributes,
+                            size_t stage_index);
+
+}  // namespace gpipe

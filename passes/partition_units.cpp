@@ -1,0 +1,85 @@
+// FindPartitionUnits: group top-level nodes by the top-level submodule they
+// were inlined from.
+//
+// Inlining a prim::CallMethod on `prim::GetAttr[name="3"](%self)` records a
+// call-stack entry with module instance "3" on every node it copies in, so
+// the first entry of a node's call stack names the child of the root module
+// it belongs to. For a scripted nn.Sequential
+//   %a = aten::linear(%x, ...)   # callstack 0
+//   %b = aten::relu(%a)          # callstack 1
+//   %c = aten::linear(%b, ...)   # callstack 2
+// gives the units "0" = [0,1), "1" = [1,2), "2" = [2,3).
+
+#include "passes/partition_units.h"
+
+#include <map>
+
+namespace gpipe {
+namespace {
+
+std::vector<std::string> ModulePathParts(const torch::jit::Node* node) {
+  std::vector<std::string> parts;
+  auto callstack = node->callstack();
+  if (!callstack) return parts;
+  for (const auto& entry : (*callstack)->vec()) {
+    const auto& info = std::get<torch::jit::kModuleInstanceInfo>(entry);
+    if (info) parts.push_back(info->instance_name());
+  }
+  return parts;
+}
+
+std::string TopModuleOf(const torch::jit::Node* node) {
+  auto parts = ModulePathParts(node);
+  return parts.empty() ? std::string() : parts.front();
+}
+
+}  // namespace
+
+std::string ModulePathOf(const torch::jit::Node* node) {
+  std::string path;
+  for (const auto& part : ModulePathParts(node)) path += (path.empty() ? "" : ".") + part;
+  return path;
+}
+
+std::vector<PartitionUnit> FindPartitionUnits(const std::shared_ptr<torch::jit::Graph>& graph) {
+  std::vector<PartitionUnit> units;
+  size_t pending_root_begin = SIZE_MAX;  // root nodes waiting for the next unit
+  size_t index = 0;
+  for (const torch::jit::Node* node : graph->nodes()) {
+    size_t i = index++;
+    if (node->kind() == c10::prim::Constant) continue;
+    std::string owner = TopModuleOf(node);
+    if (owner.empty()) {
+      if (pending_root_begin == SIZE_MAX) pending_root_begin = i;
+      continue;
+    }
+    if (!units.empty() && units.back().name == owner && pending_root_begin == SIZE_MAX) {
+      units.back().end = i + 1;
+      continue;
+    }
+    size_t begin = pending_root_begin == SIZE_MAX ? i : pending_root_begin;
+    pending_root_begin = SIZE_MAX;
+    units.push_back({owner, begin, i + 1});
+  }
+  if (pending_root_begin != SIZE_MAX) {
+    if (units.empty()) {
+      units.push_back({"", pending_root_begin, index});
+    } else {
+      units.back().end = index;
+    }
+  }
+  // Close the gaps left by skipped constants so units tile [0, node count).
+  for (size_t u = 0; u < units.size(); ++u) {
+    units[u].begin = u == 0 ? 0 : units[u - 1].end;
+  }
+  if (!units.empty()) units.back().end = index;
+
+  std::map<std::string, int> calls;
+  for (auto& unit : units) {
+    int n = ++calls[unit.name];
+    if (n > 1) unit.name += "#" + std::to_string(n);
+  }
+  return units;
+}
+
+}  // namespace gpipe

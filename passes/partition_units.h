@@ -1,0 +1,30 @@
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/csrc/jit/ir/ir.h>
+
+namespace gpipe {
+
+// A run of consecutive top-level nodes that came from one call of one
+// top-level submodule (for an nn.Sequential: one child). Units are what
+// `--balance` counts and what stage boundaries fall between.
+struct PartitionUnit {
+  std::string name;  // submodule name as in the model ("0", "layer1"); "#2" marks a second call
+  size_t begin = 0;  // index of the first top-level node of the unit
+  size_t end = 0;    // one past the last
+};
+
+// Finds the partition units of an inlined graph from the call stacks that
+// torch::jit::Inline records. Constants are ignored (every stage clones the
+// constants it uses); nodes of the root module's own forward join the unit
+// that follows them (or the last unit). Pure analysis: the graph is unchanged.
+std::vector<PartitionUnit> FindPartitionUnits(const std::shared_ptr<torch::jit::Graph>& graph);
+
+// The submodule path of a node: "layer1.0.conv1" for a node inlined from
+// self.layer1[0].conv1.forward, "" for the root module's own nodes.
+std::string ModulePathOf(const torch::jit::Node* node);
+
+}  // namespace gpipe

@@ -1,0 +1,52 @@
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/manifest.h"
+
+namespace caffe2 {
+namespace serialize {
+class PyTorchStreamReader;
+}
+}  // namespace caffe2
+
+namespace gpipe {
+
+// A pipelined artifact is one zip archive, written with LibTorch's own
+// PyTorchStreamWriter: `manifest.json` plus one record per stage module
+// (each itself a TorchScript archive). One file means one atomic rename.
+constexpr const char* kManifestRecord = "manifest.json";
+
+struct ArtifactRecord {
+  std::string name;
+  std::string bytes;
+};
+
+// Writes manifest + records to `path` atomically: a temporary file in the same
+// directory, flushed to disk, then renamed over `path`. On any failure the
+// temporary is removed and a previous `path` is left untouched.
+void WriteArtifact(const std::string& path, const Manifest& manifest,
+                   const std::vector<ArtifactRecord>& records);
+
+// Opens an artifact and parses its manifest; stage records are read on demand.
+class ArtifactReader {
+ public:
+  explicit ArtifactReader(const std::string& path);
+  ~ArtifactReader();
+  const Manifest& manifest() const { return manifest_; }
+  std::string ReadRecord(const std::string& name) const;  // clear error if missing
+
+ private:
+  std::string path_;
+  std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader_;
+  Manifest manifest_;
+};
+
+// Test hook: when set, WriteArtifact throws after writing the temporary file
+// and before renaming it, as a crash at that point would leave things.
+void SetArtifactWriteFailpointForTesting(bool enabled);
+
+}  // namespace gpipe

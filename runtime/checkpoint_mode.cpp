@@ -1,0 +1,33 @@
+#include "runtime/checkpoint_mode.h"
+
+#include <c10/util/Exception.h>
+
+namespace gpipe {
+
+CheckpointMode ParseCheckpointMode(const std::string& text) {
+  if (text == "never") return CheckpointMode::Never;
+  if (text == "except_last") return CheckpointMode::ExceptLast;
+  if (text == "always") return CheckpointMode::Always;
+  TORCH_CHECK(false, "unknown checkpoint mode '", text,
+              "'; use one of: always, except_last, never");
+}
+
+std::string ToString(CheckpointMode mode) {
+  switch (mode) {
+    case CheckpointMode::Never: return "never";
+    case CheckpointMode::ExceptLast: return "except_last";
+    case CheckpointMode::Always: return "always";
+  }
+  TORCH_INTERNAL_ASSERT(false);
+}
+
+bool IsCheckpointed(CheckpointMode mode, size_t micro_batch, size_t num_micro_batches) {
+  switch (mode) {
+    case CheckpointMode::Never: return false;
+    case CheckpointMode::ExceptLast: return micro_batch + 1 < num_micro_batches;
+    case CheckpointMode::Always: return true;
+  }
+  TORCH_INTERNAL_ASSERT(false);
+}
+
+}  // namespace gpipe

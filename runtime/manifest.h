@@ -1,0 +1,60 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/checkpoint_mode.h"
+
+namespace gpipe {
+
+// The versioned description of a pipelined artifact (docs/artifact-format.md).
+// Plain data: parsing and validation live in manifest.cpp so that the loader,
+// the writer and the fuzzer share one definition.
+
+constexpr int64_t kManifestFormatVersion = 1;
+
+// Where a value comes from: a model input or an output of an earlier stage.
+struct ValueSource {
+  enum class Origin { ModelInput, StageOutput };
+  Origin origin = Origin::ModelInput;
+  int64_t stage = 0;  // producing stage (StageOutput only)
+  int64_t index = 0;  // model input index, or index in the producing stage's outputs
+};
+
+struct ParameterEntry {
+  std::string name;      // attribute name inside the stage module (an identifier)
+  std::string original;  // dotted name in the original model, e.g. "3.weight"
+  bool is_buffer = false;
+};
+
+struct StageEntry {
+  std::string file;    // archive record holding the stage's TorchScript module
+  std::string device;  // "cpu", "cuda:1", ...
+  std::vector<std::string> units;  // partition units (submodule names) the stage holds
+  std::vector<ValueSource> inputs;
+  int64_t num_outputs = 0;
+  bool uses_rng = false;  // has a nondeterministic op: takes turns on the shared generator
+  std::vector<ParameterEntry> parameters;
+};
+
+struct Manifest {
+  int64_t format_version = kManifestFormatVersion;
+  std::string source_model;
+  std::vector<std::string> input_names;
+  std::vector<ValueSource> outputs;
+  int64_t chunks = 1;
+  CheckpointMode checkpoint = CheckpointMode::ExceptLast;
+  std::vector<StageEntry> stages;
+};
+
+std::string ManifestToJson(const Manifest& manifest);
+
+// Parses and validates; every problem is a c10::Error naming the field.
+Manifest ParseManifest(const std::string& json_text);
+
+// Structural checks shared by the parser and the writer: references point
+// backwards to existing stages/outputs, names are safe, counts positive.
+void ValidateManifest(const Manifest& manifest);
+
+}  // namespace gpipe

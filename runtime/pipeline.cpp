@@ -1,0 +1,200 @@
+#include "runtime/pipeline.h"
+
+#include <map>
+#include <sstream>
+
+#include <torch/csrc/autograd/functions/utils.h>
+#include <torch/csrc/autograd/grad_mode.h>
+#include <torch/script.h>
+
+#include "runtime/artifact.h"
+#include "runtime/pipeline_backward.h"
+#include "runtime/pipeline_core.h"
+#include "runtime/pipeline_error.h"
+#include "runtime/pipeline_run.h"
+
+namespace gpipe {
+namespace {
+
+torch::jit::Module LoadStageModule(const ArtifactReader& reader, const std::string& path,
+                                   size_t index, const c10::Device& device) {
+  const StageEntry& entry = reader.manifest().stages[index];
+  std::istringstream bytes(reader.ReadRecord(entry.file));
+  torch::jit::Module module;
+  try {
+    module = torch::jit::load(bytes, device);
+  } catch (const c10::Error& e) {
+    TORCH_CHECK(false, "artifact '", path, "': stage ", index, " ('", entry.file,
+                "') is not a loadable TorchScript module: ", e.what_without_backtrace());
+  }
+  for (const auto& p : entry.parameters) {
+    TORCH_CHECK(module.hasattr(p.name), "artifact '", path, "': stage ", index, " lacks '", p.name,
+                "' (", p.original, ") that the manifest lists; compile the model again");
+  }
+  return module;
+}
+
+// CPU "devices" are cores: every CPU stage gets its own worker so stages run
+// concurrently. Stages on one GPU share that device's worker.
+std::vector<size_t> AssignWorkers(const std::vector<Stage>& stages,
+                                  std::vector<std::unique_ptr<Worker>>& workers) {
+  std::map<std::string, size_t> by_device;
+  std::vector<size_t> worker_of_stage;
+  for (const auto& stage : stages) {
+    std::string key = stage.device.is_cpu() ? "cpu/stage" + std::to_string(stage.index)
+                                            : stage.device.str();
+    auto it = by_device.find(key);
+    if (it == by_device.end()) {
+      it = by_device.emplace(key, workers.size()).first;
+      workers.push_back(std::make_unique<Worker>(key));
+    }
+    worker_of_stage.push_back(it->second);
+  }
+  return worker_of_stage;
+}
+
+}  // namespace
+
+Pipeline::Pipeline(std::shared_ptr<PipelineCore> core) : core_(std::move(core)) {}
+
+Pipeline Pipeline::load(const std::string& path, const PipelineOptions& options) {
+  ArtifactReader reader(path);
+  auto core = std::make_shared<PipelineCore>();
+  core->manifest = reader.manifest();
+  Manifest& manifest = core->manifest;
+  const size_t num_stages = manifest.stages.size();
+  if (!options.devices.empty()) {
+    TORCH_CHECK(options.devices.size() == num_stages, "--devices lists ", options.devices.size(),
+                " devices but the artifact has ", num_stages, " stages; give one device per stage");
+    for (size_t s = 0; s < num_stages; ++s) manifest.stages[s].device = options.devices[s];
+  }
+  if (options.chunks) manifest.chunks = *options.chunks;
+  if (options.checkpoint) manifest.checkpoint = *options.checkpoint;
+  TORCH_CHECK(manifest.chunks >= 1, "chunks is ", manifest.chunks, "; it must be at least 1");
+  core->chunks = manifest.chunks;
+  core->checkpoint = manifest.checkpoint;
+  for (size_t s = 0; s < num_stages; ++s) {
+    const StageEntry& entry = manifest.stages[s];
+    Stage stage;
+    stage.index = s;
+    stage.device = ParseDevice(entry.device);
+    stage.module = LoadStageModule(reader, path, s, stage.device);
+    stage.inputs = entry.inputs;
+    stage.num_outputs = entry.num_outputs;
+    stage.uses_rng = entry.uses_rng;
+    stage.parameters = entry.parameters;
+    core->stages.push_back(std::move(stage));
+  }
+  core->worker_of_stage = AssignWorkers(core->stages, core->workers);
+  return Pipeline(std::move(core));
+}
+
+at::Tensor Pipeline::forward(const at::Tensor& input) {
+  TORCH_CHECK(core_->manifest.outputs.size() == 1, "this model returns ",
+              core_->manifest.outputs.size(), " values; call forward(std::vector<IValue>)");
+  return forward(std::vector<c10::IValue>{input}).at(0);
+}
+
+std::vector<at::Tensor> Pipeline::forward(const std::vector<c10::IValue>& inputs) {
+  const Manifest& manifest = core_->manifest;
+  TORCH_CHECK(inputs.size() == manifest.input_names.size(), "the model takes ",
+              manifest.input_names.size(), " inputs but forward got ", inputs.size());
+  bool needs_grad = false;
+  if (at::GradMode::is_enabled()) {
+    for (const auto& v : inputs) needs_grad = needs_grad || (v.isTensor() && v.toTensor().requires_grad());
+    for (const auto& p : parameters()) needs_grad = needs_grad || p.requires_grad();
+  }
+  auto run = std::make_shared<PipelineRun>(core_, Scatter(inputs, core_->chunks), needs_grad);
+  run->Forward();
+
+  std::vector<at::Tensor> outputs;
+  {
+    at::NoGradGuard no_grad;  // gather outside the stage graphs
+    for (size_t k = 0; k < manifest.outputs.size(); ++k) {
+      auto parts = run->OutputParts(k);
+      for (auto& p : parts) p = p.detach();
+      at::Tensor gathered = Gather(parts);
+      // A fresh variable even for one micro-batch, so that it can own the
+      // pipeline's autograd node instead of the stage's.
+      outputs.push_back(torch::autograd::make_variable(gathered.tensor_data(), false));
+    }
+  }
+  if (!needs_grad) return outputs;
+
+  std::vector<size_t> grad_inputs;
+  std::vector<at::Tensor> grad_input_tensors;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    if (inputs[k].isTensor() && inputs[k].toTensor().requires_grad()) {
+      grad_inputs.push_back(k);
+      grad_input_tensors.push_back(inputs[k].toTensor());
+    }
+  }
+  std::vector<size_t> grad_outputs;
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    if (at::isFloatingType(outputs[k].scalar_type()) || at::isComplexType(outputs[k].scalar_type())) {
+      grad_outputs.push_back(k);
+    }
+  }
+  auto node = std::shared_ptr<PipelineBackward>(
+      new PipelineBackward(run, grad_outputs, grad_inputs, outputs.size()),
+      torch::autograd::deleteNode);
+  node->set_next_edges(torch::autograd::collect_next_edges(grad_input_tensors));
+  for (size_t k : grad_outputs) torch::autograd::set_history(outputs[k], node);
+  return outputs;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> Pipeline::named_tensors(bool buffers) const {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& stage : core_->stages) {
+    for (const auto& p : stage.parameters) {
+      if (p.is_buffer != buffers) continue;
+      out.emplace_back(p.original, stage.module.attr(p.name).toTensor());
+    }
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> Pipeline::named_parameters() const {
+  return named_tensors(false);
+}
+
+std::vector<std::pair<std::string, at::Tensor>> Pipeline::named_buffers() const {
+  return named_tensors(true);
+}
+
+std::vector<at::Tensor> Pipeline::parameters() const {
+  std::vector<at::Tensor> out;
+  for (auto& named : named_parameters()) out.push_back(named.second);
+  return out;
+}
+
+void Pipeline::train(bool on) {
+  for (auto& stage : core_->stages) stage.module.train(on);
+}
+
+bool Pipeline::is_training() const { return core_->stages.front().module.is_training(); }
+
+void Pipeline::save(const std::string& path) const {
+  Manifest manifest = core_->manifest;
+  manifest.chunks = core_->chunks;
+  manifest.checkpoint = core_->checkpoint;
+  std::vector<ArtifactRecord> records;
+  for (size_t s = 0; s < core_->stages.size(); ++s) {
+    std::ostringstream bytes;
+    core_->stages[s].module.save(bytes);
+    records.push_back({manifest.stages[s].file, bytes.str()});
+  }
+  WriteArtifact(path, manifest, records);
+}
+
+size_t Pipeline::num_stages() const { return core_->stages.size(); }
+int64_t Pipeline::chunks() const { return core_->chunks; }
+void Pipeline::set_chunks(int64_t chunks) {
+  TORCH_CHECK(chunks >= 1, "chunks is ", chunks, "; it must be at least 1");
+  core_->chunks = chunks;
+}
+CheckpointMode Pipeline::checkpoint() const { return core_->checkpoint; }
+void Pipeline::set_checkpoint(CheckpointMode mode) { core_->checkpoint = mode; }
+const Manifest& Pipeline::manifest() const { return core_->manifest; }
+
+}  // namespace gpipe

@@ -1,0 +1,63 @@
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
+
+#include "runtime/checkpoint_mode.h"
+#include "runtime/manifest.h"
+
+namespace gpipe {
+
+struct PipelineCore;
+
+// Overrides for what the artifact's manifest says.
+struct PipelineOptions {
+  std::optional<int64_t> chunks;
+  std::optional<CheckpointMode> checkpoint;
+  std::vector<std::string> devices;  // one per stage; empty = as compiled
+};
+
+// A pipelined model loaded from a gpipe artifact. forward() splits the batch
+// into micro-batches and runs them through the stages on worker threads
+// (GPipe schedule); its outputs are autograd-connected, so loss.backward()
+// runs the pipelined backward and fills the parameters' .grad. The function
+// computed, outputs and gradients, is the original model's.
+class Pipeline {
+ public:
+  static Pipeline load(const std::string& path, const PipelineOptions& options = {});
+
+  at::Tensor forward(const at::Tensor& input);  // single-input, single-output models
+  std::vector<at::Tensor> forward(const std::vector<c10::IValue>& inputs);
+
+  // Trainable parameters, in stage order; names are the original model's.
+  std::vector<at::Tensor> parameters() const;
+  std::vector<std::pair<std::string, at::Tensor>> named_parameters() const;
+  std::vector<std::pair<std::string, at::Tensor>> named_buffers() const;
+
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const;
+
+  // Writes the current weights as an artifact, atomically (see WriteArtifact).
+  void save(const std::string& path) const;
+
+  size_t num_stages() const;
+  int64_t chunks() const;
+  void set_chunks(int64_t chunks);
+  CheckpointMode checkpoint() const;
+  void set_checkpoint(CheckpointMode mode);
+  const Manifest& manifest() const;
+
+ private:
+  explicit Pipeline(std::shared_ptr<PipelineCore> core);
+  std::vector<std::pair<std::string, at::Tensor>> named_tensors(bool buffers) const;
+  std::shared_ptr<PipelineCore> core_;
+};
+
+}  // namespace gpipe

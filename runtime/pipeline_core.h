@@ -1,0 +1,29 @@
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "runtime/checkpoint_mode.h"
+#include "runtime/manifest.h"
+#include "runtime/rng_turnstile.h"
+#include "runtime/stage.h"
+#include "runtime/worker.h"
+
+namespace gpipe {
+
+// What a Pipeline is made of, shared with the autograd nodes of forward
+// calls whose backward has not run yet (so a Pipeline may be moved or
+// destroyed while an output is still alive).
+struct PipelineCore {
+  Manifest manifest;
+  std::vector<Stage> stages;
+  std::vector<std::unique_ptr<Worker>> workers;
+  std::vector<size_t> worker_of_stage;
+  RngTurnstile turnstile;
+  std::mutex run_mutex;  // one forward or backward schedule at a time
+  int64_t chunks = 1;
+  CheckpointMode checkpoint = CheckpointMode::ExceptLast;
+};
+
+}  // namespace gpipe

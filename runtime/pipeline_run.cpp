@@ -1,0 +1,212 @@
+#include "runtime/pipeline_run.h"
+
+#include <optional>
+
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/grad_mode.h>
+
+#include "runtime/pipeline_error.h"
+
+namespace gpipe {
+namespace {
+
+bool CarriesGrad(const c10::IValue& v) {
+  return v.isTensor() && v.toTensor().defined() && v.toTensor().requires_grad();
+}
+
+// A stage input as the stage sees it: on the stage's device and, when it
+// carries gradient, a fresh leaf so that the stage's graph ends here.
+c10::IValue StageInput(const c10::IValue& v, const c10::Device& device, bool carries_grad) {
+  if (!v.isTensor() || !v.toTensor().defined()) return v;
+  at::Tensor t = v.toTensor().detach();
+  if (t.device() != device) t = t.to(device);  // the copy node of a device boundary
+  if (carries_grad) t.requires_grad_(true);
+  return t;
+}
+
+}  // namespace
+
+PipelineRun::PipelineRun(std::shared_ptr<PipelineCore> core, MicroBatches micro_batches,
+                         bool needs_grad)
+    : core_(std::move(core)), micro_batches_(std::move(micro_batches)), needs_grad_(needs_grad) {
+  const size_t m = micro_batches_.inputs.size();
+  slots_.assign(m, std::vector<Slot>(core_->stages.size()));
+  for (size_t i = 0; i < m; ++i) {
+    for (size_t j = 0; j < core_->stages.size(); ++j) {
+      slots_[i][j].checkpointed = needs_grad_ && IsCheckpointed(core_->checkpoint, i, m);
+    }
+  }
+}
+
+c10::IValue PipelineRun::SourceValue(size_t i, const ValueSource& source) const {
+  if (source.origin == ValueSource::Origin::ModelInput) return micro_batches_.inputs[i][source.index];
+  return slots_[i][source.stage].outputs[source.index];
+}
+
+void PipelineRun::Forward() { Schedule(ForwardClockCycles(slots_.size(), core_->stages.size()), true); }
+
+std::vector<at::Tensor> PipelineRun::OutputParts(size_t k) const {
+  std::vector<at::Tensor> parts;
+  const ValueSource& source = core_->manifest.outputs[k];
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    c10::IValue v = SourceValue(i, source);
+    TORCH_CHECK(v.isTensor(), "model output ", k, " is a ", v.tagKind(),
+                ", not a tensor; a pipelined model must return tensors with a batch dimension");
+    parts.push_back(v.toTensor());
+  }
+  return parts;
+}
+
+void PipelineRun::Schedule(const std::vector<std::vector<Task>>& clocks, bool forward) {
+  std::lock_guard<std::mutex> one_schedule_at_a_time(core_->run_mutex);
+  core_->turnstile.Reset();
+  for (const auto& clock : clocks) {
+    std::vector<std::future<void>> done;
+    for (const Task& t : clock) {
+      const Stage& stage = core_->stages[t.stage];
+      // Tickets follow the schedule order, so random draws happen in the same
+      // order in every run. Backward only takes turns to recompute.
+      bool takes_turn = stage.uses_rng && (forward || slots_[t.micro_batch][t.stage].checkpointed);
+      uint64_t ticket = takes_turn ? core_->turnstile.TakeTicket() : UINT64_MAX;
+      auto& worker = *core_->workers[core_->worker_of_stage[t.stage]];
+      done.push_back(worker.Submit([this, t, ticket, forward] {
+        try {
+          if (forward) {
+            RunForwardTask(t.micro_batch, t.stage, ticket);
+          } else {
+            RunBackwardTask(t.micro_batch, t.stage, ticket);
+          }
+        } catch (const std::exception& e) {
+          throw PipelineError(t.stage, t.micro_batch, forward ? "forward" : "backward", e);
+        }
+      }));
+    }
+    WaitAll(done);  // all tasks of a clock finish before the next clock starts
+  }
+}
+
+void PipelineRun::RunForwardTask(size_t i, size_t j, uint64_t ticket) {
+  std::optional<RngTurnstile::Turn> turn;
+  if (ticket != UINT64_MAX) turn.emplace(core_->turnstile, ticket);  // first: never skipped
+  Stage& stage = core_->stages[j];
+  Slot& slot = slots_[i][j];
+  bool any_grad = false;
+  for (const auto& source : stage.inputs) {
+    c10::IValue v = SourceValue(i, source);
+    bool carries = needs_grad_ && (source.origin == ValueSource::Origin::StageOutput
+                                       ? slots_[i][source.stage].output_requires_grad[source.index]
+                                       : CarriesGrad(v));
+    any_grad = any_grad || carries;
+    slot.inputs.push_back(StageInput(v, stage.device, carries));
+  }
+  if (slot.checkpointed) {
+    if (stage.uses_rng) slot.rng = CaptureRngState(stage.device);
+    at::NoGradGuard no_grad;
+    slot.outputs = stage.Run(slot.inputs);
+    // Which outputs would carry gradient, had the forward recorded it.
+    bool params_grad = false;
+    for (const auto& p : stage.module.parameters()) params_grad = params_grad || p.requires_grad();
+    for (const auto& out : slot.outputs) {
+      bool floating = out.isTensor() && out.toTensor().defined() &&
+                      at::isFloatingType(out.toTensor().scalar_type());
+      slot.output_requires_grad.push_back(floating && (any_grad || params_grad));
+    }
+    return;
+  }
+  at::AutoGradMode grad_mode(needs_grad_);
+  slot.outputs = stage.Run(slot.inputs);
+  for (const auto& out : slot.outputs) slot.output_requires_grad.push_back(CarriesGrad(out));
+}
+
+void PipelineRun::AddGrad(at::Tensor& into, const at::Tensor& grad) {
+  if (!grad.defined()) return;
+  into = into.defined() ? into + grad.to(into.device()) : grad;
+}
+
+void PipelineRun::RunBackwardTask(size_t i, size_t j, uint64_t ticket) {
+  std::optional<RngTurnstile::Turn> turn;
+  if (ticket != UINT64_MAX) turn.emplace(core_->turnstile, ticket);
+  Stage& stage = core_->stages[j];
+  Slot& slot = slots_[i][j];
+  slot.output_grads.resize(slot.outputs.size());
+  bool any = false;
+  for (const auto& g : slot.output_grads) any = any || g.defined();
+  if (any) {
+    if (slot.checkpointed) {  // recompute the graph, replaying the forward's random draws
+      RngState current;
+      if (stage.uses_rng) {
+        current = CaptureRngState(stage.device);
+        RestoreRngState(slot.rng);
+      }
+      at::AutoGradMode grad_mode(true);
+      slot.outputs = stage.Run(slot.inputs);
+      if (stage.uses_rng) RestoreRngState(current);
+    }
+    std::vector<at::Tensor> outs, grads;
+    for (size_t k = 0; k < slot.outputs.size(); ++k) {
+      if (slot.output_grads[k].defined() && CarriesGrad(slot.outputs[k])) {
+        outs.push_back(slot.outputs[k].toTensor());
+        grads.push_back(slot.output_grads[k]);
+      }
+    }
+    if (!outs.empty()) {
+      at::AutoGradMode grad_mode(true);
+      torch::autograd::backward(outs, grads);
+    }
+    for (size_t n = 0; n < stage.inputs.size(); ++n) {
+      const c10::IValue& leaf = slot.inputs[n];
+      if (!leaf.isTensor() || !leaf.toTensor().defined() || !leaf.toTensor().grad().defined()) continue;
+      const ValueSource& source = stage.inputs[n];
+      at::Tensor grad = leaf.toTensor().grad();
+      if (source.origin == ValueSource::Origin::StageOutput) {
+        AddGrad(slots_[i][source.stage].output_grads[source.index], grad);
+      } else {
+        AddGrad(input_grads_[i][source.index], grad);
+      }
+    }
+  }
+  slot = Slot();  // this (micro-batch, stage) is finished: free its activations
+}
+
+std::vector<at::Tensor> PipelineRun::Backward(const std::vector<at::Tensor>& output_grads) {
+  const size_t m = slots_.size();
+  const size_t num_inputs = micro_batches_.batched.size();
+  input_grads_.assign(m, std::vector<at::Tensor>(num_inputs));
+  for (auto& row : slots_) {
+    for (auto& slot : row) slot.output_grads.assign(slot.outputs.size(), at::Tensor());
+  }
+  for (size_t k = 0; k < output_grads.size(); ++k) {
+    if (!output_grads[k].defined()) continue;
+    auto parts = output_grads[k].split_with_sizes(micro_batches_.sizes, 0);
+    const ValueSource& source = core_->manifest.outputs[k];
+    for (size_t i = 0; i < m; ++i) {
+      if (source.origin == ValueSource::Origin::StageOutput) {
+        AddGrad(slots_[i][source.stage].output_grads[source.index], parts[i]);
+      } else {
+        AddGrad(input_grads_[i][source.index], parts[i]);
+      }
+    }
+  }
+  Schedule(BackwardClockCycles(m, core_->stages.size()), false);
+  std::vector<at::Tensor> result(num_inputs);
+  for (size_t k = 0; k < num_inputs; ++k) {
+    std::vector<at::Tensor> parts;
+    for (size_t i = 0; i < m; ++i) parts.push_back(input_grads_[i][k]);
+    bool none = true;
+    for (const auto& p : parts) none = none && !p.defined();
+    if (none) continue;
+    if (!micro_batches_.batched[k]) {  // given whole to every micro-batch: gradients add up
+      at::Tensor sum;
+      for (const auto& p : parts) AddGrad(sum, p);
+      result[k] = sum;
+      continue;
+    }
+    for (size_t i = 0; i < m; ++i) {
+      if (!parts[i].defined()) parts[i] = at::zeros_like(micro_batches_.inputs[i][k].toTensor());
+    }
+    result[k] = Gather(parts);
+  }
+  return result;
+}
+
+}  // namespace gpipe

@@ -1,0 +1,65 @@
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include <ATen/core/ivalue.h>
+
+#include "runtime/microbatch.h"
+#include "runtime/pipeline_core.h"
+#include "runtime/schedule.h"
+#include "runtime/rng_turnstile.h"
+
+namespace gpipe {
+
+// The state of one forward call and its backward: per (micro-batch, stage)
+// the stage's inputs, outputs and the gradients arriving for its outputs.
+//
+// Forward runs the GPipe clock schedule on the workers. With autograd on,
+// every stage input that carries gradient is cut into a fresh leaf, so each
+// (micro-batch, stage) owns a small autograd graph; Backward then runs the
+// mirrored clock schedule, each task backpropagating its own graph with
+// torch::autograd::backward and handing its input leaves' gradients to the
+// producing stages. That explicit order is what torchgpipe's Fork/Join
+// phony edges enforce inside one autograd graph; here no extra edges are
+// needed, and a checkpointed task simply recomputes its graph first.
+class PipelineRun {
+ public:
+  PipelineRun(std::shared_ptr<PipelineCore> core, MicroBatches micro_batches, bool needs_grad);
+
+  void Forward();
+
+  // Output k of the model, one tensor per micro-batch (autograd-connected to
+  // the stage graphs, which the caller must detach before gathering).
+  std::vector<at::Tensor> OutputParts(size_t k) const;
+  const MicroBatches& micro_batches() const { return micro_batches_; }
+
+  // Gradients for each model output (undefined = no gradient). Returns the
+  // gradient of each model input, gathered over micro-batches (undefined when
+  // the input did not require grad). Releases the saved state.
+  std::vector<at::Tensor> Backward(const std::vector<at::Tensor>& output_grads);
+
+ private:
+  struct Slot {
+    std::vector<c10::IValue> inputs;   // the stage's inputs (leaves where they carry gradient)
+    std::vector<c10::IValue> outputs;
+    std::vector<bool> output_requires_grad;
+    std::vector<at::Tensor> output_grads;
+    bool checkpointed = false;
+    RngState rng;  // generator state before the forward, for an exact recompute
+  };
+
+  void RunForwardTask(size_t i, size_t j, uint64_t ticket);
+  void RunBackwardTask(size_t i, size_t j, uint64_t ticket);
+  void Schedule(const std::vector<std::vector<Task>>& clocks, bool forward);
+  c10::IValue SourceValue(size_t i, const ValueSource& source) const;
+  void AddGrad(at::Tensor& into, const at::Tensor& grad);
+
+  std::shared_ptr<PipelineCore> core_;
+  MicroBatches micro_batches_;
+  bool needs_grad_;
+  std::vector<std::vector<Slot>> slots_;          // [micro-batch][stage]
+  std::vector<std::vector<at::Tensor>> input_grads_;  // [micro-batch][model input]
+};
+
+}  // namespace gpipe

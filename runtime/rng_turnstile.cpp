@@ -1,0 +1,58 @@
+#include "runtime/rng_turnstile.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#ifdef GPIPE_WITH_CUDA
+#include <ATen/cuda/CUDAGeneratorImpl.h>
+#endif
+
+namespace gpipe {
+
+RngTurnstile::Turn::Turn(RngTurnstile& turnstile, uint64_t ticket) : turnstile_(turnstile) {
+  std::unique_lock<std::mutex> lock(turnstile_.mutex_);
+  turnstile_.turn_.wait(lock, [&] { return turnstile_.serving_ == ticket; });
+}
+
+RngTurnstile::Turn::~Turn() {
+  {
+    std::lock_guard<std::mutex> lock(turnstile_.mutex_);
+    ++turnstile_.serving_;
+  }
+  turnstile_.turn_.notify_all();
+}
+
+RngState CaptureRngState(const c10::Device& device) {
+  RngState state;
+  auto cpu = at::detail::getDefaultCPUGenerator();
+  {
+    std::lock_guard<std::mutex> lock(cpu.mutex());
+    state.cpu = cpu.get_state();
+  }
+#ifdef GPIPE_WITH_CUDA
+  if (device.is_cuda()) {
+    auto cuda = at::cuda::detail::getDefaultCUDAGenerator(device.index());
+    std::lock_guard<std::mutex> lock(cuda.mutex());
+    state.cuda = cuda.get_state();
+    state.cuda_device = device.index();
+  }
+#else
+  (void)device;
+#endif
+  return state;
+}
+
+void RestoreRngState(const RngState& state) {
+  auto cpu = at::detail::getDefaultCPUGenerator();
+  {
+    std::lock_guard<std::mutex> lock(cpu.mutex());
+    cpu.set_state(state.cpu);
+  }
+#ifdef GPIPE_WITH_CUDA
+  if (state.cuda.defined()) {
+    auto cuda = at::cuda::detail::getDefaultCUDAGenerator(state.cuda_device);
+    std::lock_guard<std::mutex> lock(cuda.mutex());
+    cuda.set_state(state.cuda);
+  }
+#endif
+}
+
+}  // namespace gpipe

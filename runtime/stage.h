@@ -1,0 +1,31 @@
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <torch/script.h>
+
+#include "runtime/manifest.h"
+
+namespace gpipe {
+
+// One pipeline stage as loaded: its TorchScript module (which owns exactly
+// the stage's parameters), the device it runs on and where its inputs come
+// from. Runs the module; knows nothing about scheduling.
+struct Stage {
+  size_t index = 0;
+  torch::jit::Module module;
+  c10::Device device = c10::Device(c10::kCPU);
+  std::vector<ValueSource> inputs;
+  int64_t num_outputs = 0;
+  bool uses_rng = false;  // contains a nondeterministic op (dropout, ...)
+  std::vector<ParameterEntry> parameters;
+
+  // Runs forward on one micro-batch; returns exactly num_outputs values.
+  std::vector<c10::IValue> Run(std::vector<c10::IValue> inputs);
+};
+
+// Parses "cpu", "cuda", "cuda:1"; checks the device exists in this build.
+c10::Device ParseDevice(const std::string& text);
+
+}  // namespace gpipe
