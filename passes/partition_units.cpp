@@ -43,36 +43,27 @@ std::string ModulePathOf(const torch::jit::Node* node) {
 
 std::vector<PartitionUnit> FindPartitionUnits(const std::shared_ptr<torch::jit::Graph>& graph) {
   std::vector<PartitionUnit> units;
-  size_t pending_root_begin = SIZE_MAX;  // root nodes waiting for the next unit
   size_t index = 0;
   for (const torch::jit::Node* node : graph->nodes()) {
     size_t i = index++;
     if (node->kind() == c10::prim::Constant) continue;
     std::string owner = TopModuleOf(node);
-    if (owner.empty()) {
-      if (pending_root_begin == SIZE_MAX) pending_root_begin = i;
-      continue;
-    }
-    if (!units.empty() && units.back().name == owner && pending_root_begin == SIZE_MAX) {
+    // Root-module nodes (and nodes a pass re-created without a call stack)
+    // stay with the unit before them.
+    if (!units.empty() && (owner.empty() || owner == units.back().name)) {
       units.back().end = i + 1;
       continue;
     }
-    size_t begin = pending_root_begin == SIZE_MAX ? i : pending_root_begin;
-    pending_root_begin = SIZE_MAX;
-    units.push_back({owner, begin, i + 1});
+    units.push_back({owner, i, i + 1});
   }
-  if (pending_root_begin != SIZE_MAX) {
-    if (units.empty()) {
-      units.push_back({"", pending_root_begin, index});
-    } else {
-      units.back().end = index;
-    }
-  }
-  // Close the gaps left by skipped constants so units tile [0, node count).
-  for (size_t u = 0; u < units.size(); ++u) {
-    units[u].begin = u == 0 ? 0 : units[u - 1].end;
-  }
+  // Leading root nodes and skipped constants: units tile [0, node count).
+  for (size_t u = 0; u < units.size(); ++u) units[u].begin = u == 0 ? 0 : units[u - 1].end;
   if (!units.empty()) units.back().end = index;
+  // A root unit at the start (root nodes before any submodule) merges into the next one.
+  if (units.size() > 1 && units[0].name.empty()) {
+    units[1].begin = 0;
+    units.erase(units.begin());
+  }
 
   std::map<std::string, int> calls;
   for (auto& unit : units) {

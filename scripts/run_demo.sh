@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The main job, end to end: set up, export the sample MLP from Python, compile
+# it into a 4-stage pipeline with 8 micro-batches (verifying it against the
+# original), and train it for a few steps.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup.sh
+PY=${GPIPE_PYTHON:-/usr/bin/python3}   # Debian's python3-torch lives under the system interpreter
+BIN=${BUILD_DIR:-build}/cli
+OUT=${OUT_DIR:-out}
+mkdir -p "$OUT"
+
+echo; echo "== 1. export a scripted nn.Sequential =="
+"$PY" samples/export_mlp.py --out "$OUT/mlp.pt"
+
+echo; echo "== 2. compile: 4 stages, 8 micro-batches, verify against the original =="
+"$BIN/gpipe-compile" "$OUT/mlp.pt" -o "$OUT/mlp.gpipe" --stages 4 --chunks 8 \
+  --verify --sample-input 64x512
+
+echo; echo "== 3. train 5 steps and save the trained artifact =="
+"$BIN/gpipe-run" "$OUT/mlp.gpipe" --train --steps 5 --lr 0.01 --sample-input 64x512 \
+  --save "$OUT/mlp-trained.gpipe"

@@ -1,0 +1,84 @@
+#pragma once
+
+// Runs the original TorchScript model and a compiled pipeline side by side
+// on the same inputs and collects outputs and parameter gradients.
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <torch/script.h>
+#include <torch/torch.h>
+
+#include "compiler/compile.h"
+#include "runtime/pipeline.h"
+
+namespace gpipe::testing {
+
+struct RunResult {
+  at::Tensor output;
+  std::map<std::string, at::Tensor> grads;  // original parameter names
+  at::Tensor input_grad;
+};
+
+// Forward + sum().backward() on the unpipelined model; dropout draws from
+// `seed` when `train`.
+inline RunResult RunOriginal(const std::string& model_path, const at::Tensor& input, bool train,
+                             uint64_t seed) {
+  auto m = torch::jit::load(model_path);
+  m.train(train);
+  torch::manual_seed(seed);
+  RunResult r;
+  r.output = m.forward({input}).toTensor();
+  r.output.sum().backward();
+  for (const auto& p : m.named_parameters()) r.grads[p.name] = p.value.grad().clone();
+  if (input.requires_grad()) r.input_grad = input.grad().clone();
+  return r;
+}
+
+inline RunResult RunPipeline(Pipeline& pipe, const at::Tensor& input, bool train, uint64_t seed) {
+  pipe.train(train);
+  for (auto& p : pipe.parameters()) p.mutable_grad() = at::Tensor();
+  torch::manual_seed(seed);
+  RunResult r;
+  r.output = pipe.forward(input);
+  r.output.sum().backward();
+  for (const auto& [name, p] : pipe.named_parameters()) r.grads[name] = p.grad().clone();
+  if (input.requires_grad()) r.input_grad = input.grad().clone();
+  return r;
+}
+
+inline CompileOptions Options(int64_t stages, int64_t chunks,
+                              CheckpointMode checkpoint = CheckpointMode::ExceptLast) {
+  CompileOptions options;
+  options.balance.num_stages = stages;
+  options.chunks = chunks;
+  options.checkpoint = checkpoint;
+  return options;
+}
+
+// |got - want| / max(1, max |want|): float32 rounding grows with magnitude, so
+// differences are compared relative to the tensor's scale (DESIGN.md's
+// correctness contract); 0 means bitwise equal.
+inline double ScaledDiff(const at::Tensor& got, const at::Tensor& want) {
+  double scale = std::max(1.0, want.abs().max().item<double>());
+  return (got - want).abs().max().item<double>() / scale;
+}
+
+// Largest scaled difference over outputs and every gradient; fails the test if
+// a parameter is missing on either side.
+inline double MaxDiff(const RunResult& want, const RunResult& got) {
+  double worst = ScaledDiff(got.output, want.output);
+  EXPECT_EQ(want.grads.size(), got.grads.size());
+  for (const auto& [name, g] : want.grads) {
+    auto it = got.grads.find(name);
+    EXPECT_NE(it, got.grads.end()) << "no gradient for " << name;
+    if (it == got.grads.end()) continue;
+    EXPECT_TRUE(g.defined() && it->second.defined()) << name;
+    if (!g.defined() || !it->second.defined()) continue;
+    worst = std::max(worst, ScaledDiff(it->second, g));
+  }
+  return worst;
+}
+
+}  // namespace gpipe::testing

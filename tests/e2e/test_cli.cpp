@@ -1,0 +1,164 @@
+// Drives gpipe-compile and gpipe-run as a user would: the main flow, and
+// every bad input of the foundation issue with its message and exit code.
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "runtime/artifact.h"
+#include "runtime/pipeline.h"
+#include "tests/test_util.h"
+
+namespace gpipe {
+namespace {
+
+using testing::RunCli;
+using testing::TempDir;
+using testing::TestModel;
+
+#define EXPECT_OUTPUT_HAS(result, text) \
+  EXPECT_NE((result).output.find(text), std::string::npos) << (result).output
+
+TEST(Cli, CompileVerifyTrainSaveAndRunTheTrainedArtifact) {
+  TempDir dir;
+  auto compiled = RunCli("gpipe-compile", TestModel("mlp9.pt") + " -o " + dir.path("m.gpipe") +
+                                              " --stages 4 --chunks 4 --verify --sample-input 12x16");
+  ASSERT_EQ(compiled.exit_code, 0) << compiled.output;
+  EXPECT_OUTPUT_HAS(compiled, "9 units -> 4 stages");
+  EXPECT_OUTPUT_HAS(compiled, "verify: output max|diff| = ");
+  EXPECT_OUTPUT_HAS(compiled, ") OK");
+
+  auto trained = RunCli("gpipe-run", dir.path("m.gpipe") + " --sample-input 12x16 --train --steps 3 --lr 0.05 --save " +
+                                         dir.path("trained.gpipe"));
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  EXPECT_OUTPUT_HAS(trained, "step 3/3  loss ");
+  EXPECT_OUTPUT_HAS(trained, "samples/s");
+  EXPECT_OUTPUT_HAS(trained, "summary: 3 steps, loss ");
+  EXPECT_OUTPUT_HAS(trained, "saved " + dir.path("trained.gpipe"));
+
+  auto before = Pipeline::load(dir.path("m.gpipe")).named_parameters();
+  auto after = Pipeline::load(dir.path("trained.gpipe")).named_parameters();
+  ASSERT_EQ(before.size(), after.size());
+  EXPECT_FALSE(torch::equal(before[0].second, after[0].second)) << "training changed nothing";
+
+  auto inference = RunCli("gpipe-run", dir.path("trained.gpipe") + " --sample-input 12x16 --steps 2 --chunks 3");
+  ASSERT_EQ(inference.exit_code, 0) << inference.output;
+  EXPECT_OUTPUT_HAS(inference, "chunks 3");
+  EXPECT_OUTPUT_HAS(inference, "inference");
+}
+
+TEST(Cli, HelpListsEveryOptionWithItsDefault) {
+  auto compile = RunCli("gpipe-compile", "--help");
+  EXPECT_EQ(compile.exit_code, 0);
+  for (const char* option : {"--output", "--stages arg (=1)", "--balance", "--chunks arg (=1)",
+                             "--checkpoint arg (=except_last)", "--devices", "--verify", "--sample-input"}) {
+    EXPECT_OUTPUT_HAS(compile, option);
+  }
+  auto run = RunCli("gpipe-run", "--help");
+  EXPECT_EQ(run.exit_code, 0);
+  for (const char* option : {"--train", "--steps arg (=10)", "--lr arg (=0.01", "--save", "--sample-input"}) {
+    EXPECT_OUTPUT_HAS(run, option);
+  }
+}
+
+struct BadInput {
+  const char* name;
+  const char* tool;
+  std::string arguments;
+  int exit_code;
+  std::string message;
+};
+
+void PrintTo(const BadInput& bad, std::ostream* os) { *os << bad.name; }
+
+class CliBadInput : public ::testing::TestWithParam<BadInput> {};
+
+TEST_P(CliBadInput, FailsWithAClearMessageAndWritesNothing) {
+  TempDir dir;
+  const BadInput& bad = GetParam();
+  std::string arguments = bad.arguments;
+  for (auto pos = arguments.find("OUT"); pos != std::string::npos; pos = arguments.find("OUT")) {
+    arguments.replace(pos, 3, dir.path("out.gpipe"));
+  }
+  auto result = RunCli(bad.tool, arguments);
+  EXPECT_EQ(result.exit_code, bad.exit_code) << result.output;
+  EXPECT_OUTPUT_HAS(result, bad.message);
+  EXPECT_EQ(result.output.find("Exception raised from"), std::string::npos) << "no C++ backtraces for users";
+  EXPECT_FALSE(std::filesystem::exists(dir.path("out.gpipe")));
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path(""))) << "a temporary file was left behind";
+}
+
+const std::string kMlp = TestModel("mlp9.pt");
+
+INSTANTIATE_TEST_SUITE_P(
+    Foundation, CliBadInput,
+    ::testing::Values(
+        BadInput{"BalanceSum", "gpipe-compile", kMlp + " -o OUT --balance 3,3,2", 1,
+                 "gpipe-compile: error: --balance sums to 8 but the model has 9 units (top-level "
+                 "submodules); make it sum to 9 or use --stages N"},
+        BadInput{"BalanceZero", "gpipe-compile", kMlp + " -o OUT --balance 4,0,5", 1,
+                 "--balance gives stage 1 0 units; every stage needs at least 1"},
+        BadInput{"TooManyStages", "gpipe-compile", kMlp + " -o OUT --stages 10", 1,
+                 "--stages 10 asks for more stages than the model has units (9 top-level submodules)"},
+        BadInput{"MissingModel", "gpipe-compile", TestModel("nope.pt") + " -o OUT", 1,
+                 "nope.pt' does not exist; export one with torch.jit.script(model).save("},
+        BadInput{"CorruptModel", "gpipe-compile", TestModel("not_a_model.pt") + " -o OUT", 1,
+                 "not_a_model.pt' as a TorchScript model"},
+        BadInput{"TruncatedModel", "gpipe-compile", TestModel("truncated.pt") + " -o OUT", 1,
+                 "truncated.pt' as a TorchScript model"},
+        BadInput{"BadCheckpoint", "gpipe-compile", kMlp + " -o OUT --checkpoint sometimes", 1,
+                 "unknown checkpoint mode 'sometimes'; use one of: always, except_last, never"},
+        BadInput{"DeviceCount", "gpipe-compile", kMlp + " -o OUT --stages 2 --devices cpu", 1,
+                 "--devices lists 1 devices but there are 2 stages"},
+        BadInput{"NoCuda", "gpipe-compile", kMlp + " -o OUT --stages 2 --devices cpu,cuda:3", 1,
+                 "device 'cuda:3'"},
+        BadInput{"VerifyNeedsInput", "gpipe-compile", kMlp + " -o OUT --verify", 2,
+                 "--verify needs --sample-input; see gpipe-compile --help"},
+        BadInput{"UnknownOption", "gpipe-compile", kMlp + " -o OUT --stagez 2", 2,
+                 "unrecognised option '--stagez'"},
+        BadInput{"MissingArtifact", "gpipe-run", TestModel("nope.gpipe") + " --sample-input 4x16", 1,
+                 "nope.gpipe' does not exist; create it with gpipe-compile"},
+        BadInput{"ModelIsNotArtifact", "gpipe-run", kMlp + " --sample-input 4x16", 1,
+                 "has no manifest.json, so it is not a gpipe artifact"},
+        BadInput{"TextIsNotArtifact", "gpipe-run", TestModel("not_a_model.pt") + " --sample-input 4x16", 1,
+                 "is not a gpipe artifact (not a readable zip archive"},
+        BadInput{"BadShape", "gpipe-run", kMlp + " --sample-input 4xk", 1,
+                 "input spec '4xk': dimension 'k' is not a positive integer"}),
+    [](const ::testing::TestParamInfo<BadInput>& info) { return std::string(info.param.name); });
+
+TEST(Cli, ChunksLargerThanBatchIsAClearError) {
+  TempDir dir;
+  ASSERT_EQ(RunCli("gpipe-compile", kMlp + " -o " + dir.path("m.gpipe") + " --stages 2").exit_code, 0);
+  auto result = RunCli("gpipe-run", dir.path("m.gpipe") + " --sample-input 4x16 --chunks 8 --train --steps 1");
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_OUTPUT_HAS(result, "gpipe-run: error: chunks (8) is larger than the batch size (4); use --chunks 4 or fewer");
+}
+
+TEST(Cli, WrongInputWidthNamesTheStage) {
+  TempDir dir;
+  ASSERT_EQ(RunCli("gpipe-compile", kMlp + " -o " + dir.path("m.gpipe") + " --stages 2").exit_code, 0);
+  auto result = RunCli("gpipe-run", dir.path("m.gpipe") + " --sample-input 4x17 --steps 1");
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_OUTPUT_HAS(result, "stage 0, micro-batch 0 (forward)");
+}
+
+TEST(Artifact, FailureBetweenWriteAndRenameKeepsThePreviousFile) {
+  TempDir dir;
+  ASSERT_EQ(RunCli("gpipe-compile", kMlp + " -o " + dir.path("m.gpipe") + " --stages 2").exit_code, 0);
+  std::ifstream in(dir.path("m.gpipe"), std::ios::binary);
+  std::string before((std::istreambuf_iterator<char>(in)), {});
+  Pipeline pipe = Pipeline::load(dir.path("m.gpipe"));
+  SetArtifactWriteFailpointForTesting(true);
+  EXPECT_THROW(pipe.save(dir.path("m.gpipe")), c10::Error);
+  SetArtifactWriteFailpointForTesting(false);
+  std::ifstream again(dir.path("m.gpipe"), std::ios::binary);
+  std::string after((std::istreambuf_iterator<char>(again)), {});
+  EXPECT_EQ(before, after);
+  size_t files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path(""))) files += entry.is_regular_file();
+  EXPECT_EQ(files, 1u) << "the temporary file must be removed";
+}
+
+}  // namespace
+}  // namespace gpipe

@@ -1,0 +1,37 @@
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+namespace gpipe::testing {
+
+// A model written by tests/export_test_models.py (the test_models fixture).
+std::string TestModel(const std::string& name);
+
+// A fresh directory under the build tree, removed when destroyed.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+ private:
+  std::filesystem::path dir_;
+};
+
+struct CommandResult {
+  int exit_code;
+  std::string output;  // stdout and stderr together
+};
+
+// Runs one of the project's CLIs (gpipe-compile, gpipe-run) with arguments.
+CommandResult RunCli(const std::string& tool, const std::string& arguments);
+
+// Largest |a - b|; both must have the same shape.
+double MaxAbsDiff(const at::Tensor& a, const at::Tensor& b);
+
+}  // namespace gpipe::testing
