@@ -15,7 +15,7 @@ namespace po = boost::program_options;
 namespace {
 
 int Main(int argc, char** argv) {
-  std::string model, output, balance, devices, checkpoint, sample_input;
+  std::string model, output, balance, devices, checkpoint, sample_input, split_before;
   int64_t stages = 1, chunks = 1;
   double tolerance = 1e-5;
   po::options_description opts(
@@ -30,6 +30,8 @@ int Main(int argc, char** argv) {
       ("stages", po::value(&stages)->default_value(1),
        "number of stages, splitting the units as evenly as possible")
       ("balance", po::value(&balance), "units per stage, e.g. 3,3,2 (overrides --stages)")
+      ("split-before", po::value(&split_before),
+       "cut before these submodules, any depth, e.g. layer2.0,layer3.0 (overrides --stages/--balance)")
       ("chunks", po::value(&chunks)->default_value(1), "micro-batches per mini-batch")
       ("checkpoint", po::value(&checkpoint)->default_value("except_last"),
        "recomputation: always, except_last or never")
@@ -52,6 +54,10 @@ int Main(int argc, char** argv) {
 
   gpipe::CompileOptions options;
   if (vm.count("balance")) options.balance.balance = gpipe::ParseBalance(balance);
+  if (vm.count("split-before")) {
+    if (vm.count("balance")) throw po::error("give either --balance or --split-before, not both");
+    options.split_before = gpipe::SplitList(split_before);
+  }
   options.balance.num_stages = stages;
   options.chunks = chunks;
   options.checkpoint = gpipe::ParseCheckpointMode(checkpoint);

@@ -1,7 +1,6 @@
 #include "compiler/compile.h"
 
 #include <filesystem>
-#include <map>
 #include <sstream>
 
 #include "compiler/model_loader.h"
@@ -23,20 +22,6 @@ ValueSource ToSource(const ValueRef& ref) {
   return source;
 }
 
-// Tied weights would become independent copies, one per stage, and train apart.
-void CheckNoSharedAttributes(const SplitResult& split, const std::vector<LiftedAttribute>& attributes) {
-  std::map<size_t, size_t> owner;
-  for (size_t s = 0; s < split.stages.size(); ++s) {
-    for (size_t a : split.stages[s].attribute_inputs) {
-      if (attributes[a].kind == LiftedAttribute::Kind::TrainingFlag) continue;
-      auto [it, fresh] = owner.emplace(a, s);
-      TORCH_CHECK(fresh, "parameter '", attributes[a].name, "' is used by stage ", it->second,
-                  " and stage ", s, "; parameters shared across stages are not supported yet. "
-                  "Choose a --balance that keeps its users in one stage");
-    }
-  }
-}
-
 }  // namespace
 
 CompileReport CompileModel(const std::string& model_path, const std::string& output_path,
@@ -44,7 +29,9 @@ CompileReport CompileModel(const std::string& model_path, const std::string& out
   TORCH_CHECK(options.chunks >= 1, "--chunks is ", options.chunks, "; it must be at least 1");
   LoweredModel lowered = LowerModel(LoadModel(model_path));
   std::vector<PartitionUnit> units = FindPartitionUnits(lowered.graph);
-  StagePlan plan = PlanStages(units, options.balance);
+  StagePlan plan = options.split_before.empty()
+                       ? PlanStages(units, options.balance)
+                       : PlanSplitBefore(lowered.graph, options.split_before);
   const size_t num_stages = plan.num_stages();
   std::vector<std::string> devices = options.devices;
   if (devices.empty()) devices.assign(num_stages, "cpu");
@@ -53,7 +40,6 @@ CompileReport CompileModel(const std::string& model_path, const std::string& out
   for (const auto& d : devices) ParseDevice(d);  // fail before the work, not at run time
 
   SplitResult split = SplitStages(lowered.graph, plan, lowered.num_inputs);
-  CheckNoSharedAttributes(split, lowered.attributes);
 
   CompileReport report;
   Manifest& manifest = report.manifest;

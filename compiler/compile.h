@@ -12,6 +12,7 @@ namespace gpipe {
 
 struct CompileOptions {
   BalanceRequest balance;
+  std::vector<std::string> split_before;  // submodule paths; when given, replaces `balance`
   int64_t chunks = 1;
   CheckpointMode checkpoint = CheckpointMode::ExceptLast;
   std::vector<std::string> devices;  // one per stage; empty = all "cpu"

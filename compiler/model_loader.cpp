@@ -32,6 +32,14 @@ LoweredModel LowerModel(const torch::jit::Module& module) {
     lowered.input_names.push_back(lowered.graph->inputs()[k]->debugName());
   }
   lowered.attributes = LiftAttributes(lowered.graph, module._ivalue());
+  // `return a, b` ends in a TupleConstruct: its elements become the outputs,
+  // so that each can live on (and be gathered from) the stage that makes it.
+  auto& graph = lowered.graph;
+  if (graph->outputs().size() == 1 && graph->outputs()[0]->node()->kind() == c10::prim::TupleConstruct) {
+    torch::jit::Node* tuple = graph->outputs()[0]->node();
+    graph->eraseOutput(0);
+    for (torch::jit::Value* element : tuple->inputs()) graph->registerOutput(element);
+  }
   torch::jit::ConstantPropagation(lowered.graph);
   torch::jit::EliminateDeadCode(lowered.graph);
   return lowered;

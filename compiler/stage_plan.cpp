@@ -1,5 +1,6 @@
 #include "compiler/stage_plan.h"
 
+#include <algorithm>
 #include <numeric>
 #include <sstream>
 
@@ -61,6 +62,66 @@ StagePlan PlanStages(const std::vector<PartitionUnit>& units, const BalanceReque
     plan.first_node.push_back(units[unit].begin);
     unit += static_cast<size_t>(count);
   }
+  return plan;
+}
+
+namespace {
+
+bool InModule(const std::string& path, const std::string& name) {
+  return path == name || (path.size() > name.size() && path.compare(0, name.size(), name) == 0 &&
+                          path[name.size()] == '.');
+}
+
+// Every prefix of every node's module path, in first-seen order: the names
+// --split-before accepts.
+std::vector<std::string> ModuleNames(const std::vector<std::string>& paths) {
+  std::vector<std::string> names;
+  for (const auto& path : paths) {
+    for (size_t dot = 0; dot != std::string::npos;) {
+      dot = path.find('.', dot + 1);
+      std::string prefix = path.substr(0, dot);
+      if (!prefix.empty() && std::find(names.begin(), names.end(), prefix) == names.end()) {
+        names.push_back(prefix);
+      }
+    }
+  }
+  return names;
+}
+
+}  // namespace
+
+StagePlan PlanSplitBefore(const std::shared_ptr<torch::jit::Graph>& graph,
+                          const std::vector<std::string>& names) {
+  std::vector<std::string> paths;
+  std::vector<size_t> indices;
+  size_t index = 0;
+  for (const torch::jit::Node* node : graph->nodes()) {
+    if (node->kind() != c10::prim::Constant) {
+      paths.push_back(ModulePathOf(node));
+      indices.push_back(index);
+    }
+    ++index;
+  }
+  std::vector<size_t> cuts;
+  for (const auto& name : names) {
+    size_t k = 0;
+    while (k < paths.size() && !InModule(paths[k], name)) ++k;
+    if (k == paths.size()) {
+      std::string valid;
+      for (const auto& n : ModuleNames(paths)) valid += (valid.empty() ? "" : ", ") + n;
+      TORCH_CHECK(false, "--split-before: the model has no submodule '", name,
+                  "' with operations in forward; valid names: ", valid);
+    }
+    TORCH_CHECK(k > 0, "--split-before ", name, " would leave stage 0 empty: it is the first "
+                "submodule the model runs; drop it from the list");
+    TORCH_CHECK(std::find(cuts.begin(), cuts.end(), indices[k]) == cuts.end(),
+                "--split-before names the same place twice ('", name, "')");
+    cuts.push_back(indices[k]);
+  }
+  std::sort(cuts.begin(), cuts.end());
+  StagePlan plan;
+  plan.first_node.push_back(0);
+  plan.first_node.insert(plan.first_node.end(), cuts.begin(), cuts.end());
   return plan;
 }
 

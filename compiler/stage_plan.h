@@ -25,4 +25,9 @@ std::vector<int64_t> EvenBalance(int64_t num_units, int64_t num_stages);
 
 std::vector<int64_t> ParseBalance(const std::string& text);  // "3,3,2"
 
+// Cuts before the first node of each named submodule ("layer2.0", any
+// depth). An unknown name is an error listing the valid ones.
+StagePlan PlanSplitBefore(const std::shared_ptr<torch::jit::Graph>& graph,
+                          const std::vector<std::string>& names);
+
 }  // namespace gpipe

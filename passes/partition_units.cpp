@@ -23,7 +23,9 @@ std::vector<std::string> ModulePathParts(const torch::jit::Node* node) {
   if (!callstack) return parts;
   for (const auto& entry : (*callstack)->vec()) {
     const auto& info = std::get<torch::jit::kModuleInstanceInfo>(entry);
-    if (info) parts.push_back(info->instance_name());
+    // "SELF" marks a call to another method of the same module
+    // (ResNet.forward -> self._forward_impl): not a level of the hierarchy.
+    if (info && info->instance_name() != "SELF") parts.push_back(info->instance_name());
   }
   return parts;
 }
@@ -41,29 +43,45 @@ std::string ModulePathOf(const torch::jit::Node* node) {
   return path;
 }
 
+bool OutputsUnused(const torch::jit::Node* node) {
+  for (const torch::jit::Value* out : node->outputs()) {
+    if (out->hasUses()) return false;
+  }
+  return true;
+}
+
 std::vector<PartitionUnit> FindPartitionUnits(const std::shared_ptr<torch::jit::Graph>& graph) {
   std::vector<PartitionUnit> units;
+  size_t pending = SIZE_MAX;  // first root node waiting for the unit it feeds
   size_t index = 0;
   for (const torch::jit::Node* node : graph->nodes()) {
     size_t i = index++;
     if (node->kind() == c10::prim::Constant) continue;
     std::string owner = TopModuleOf(node);
-    // Root-module nodes (and nodes a pass re-created without a call stack)
-    // stay with the unit before them.
-    if (!units.empty() && (owner.empty() || owner == units.back().name)) {
+    if (owner.empty()) {
+      // Root-module nodes feed what follows (torch.cat of a skip, flatten
+      // before fc); a node whose outputs nobody uses (a check that raises)
+      // belongs to what came before.
+      if (OutputsUnused(node) && pending == SIZE_MAX && !units.empty()) {
+        units.back().end = i + 1;
+      } else if (pending == SIZE_MAX) {
+        pending = i;
+      }
+      continue;
+    }
+    if (pending == SIZE_MAX && !units.empty() && units.back().name == owner) {
       units.back().end = i + 1;
       continue;
     }
-    units.push_back({owner, i, i + 1});
+    units.push_back({owner, pending == SIZE_MAX ? i : pending, i + 1});
+    pending = SIZE_MAX;
   }
-  // Leading root nodes and skipped constants: units tile [0, node count).
+  if (pending != SIZE_MAX) {  // trailing root nodes
+    if (units.empty()) units.push_back({"", pending, index});
+  }
+  // Skipped constants: units tile [0, node count).
   for (size_t u = 0; u < units.size(); ++u) units[u].begin = u == 0 ? 0 : units[u - 1].end;
   if (!units.empty()) units.back().end = index;
-  // A root unit at the start (root nodes before any submodule) merges into the next one.
-  if (units.size() > 1 && units[0].name.empty()) {
-    units[1].begin = 0;
-    units.erase(units.begin());
-  }
 
   std::map<std::string, int> calls;
   for (auto& unit : units) {

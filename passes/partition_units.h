@@ -19,9 +19,10 @@ struct PartitionUnit {
 
 // Finds the partition units of an inlined graph from the call stacks that
 // torch::jit::Inline records. Constants are ignored (every stage clones the
-// constants it uses); nodes of the root module's own forward join the unit
-// before them (those before any submodule call join the first unit). Pure
-// analysis: the graph is unchanged.
+// constants it uses). A node of the root module's own forward joins the unit
+// it feeds, the next one (torch.cat of a skip joins the decoder block); one
+// whose outputs are unused (a check that raises) joins the unit before it;
+// trailing root nodes join the last unit. Pure analysis: the graph is unchanged.
 std::vector<PartitionUnit> FindPartitionUnits(const std::shared_ptr<torch::jit::Graph>& graph);
 
 // The submodule path of a node: "layer1.0.conv1" for a node inlined from

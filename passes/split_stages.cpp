@@ -6,7 +6,11 @@
 // resolved:
 //   - a constant             -> cloned into this stage;
 //   - a model input          -> a stage input ValueRef{ModelInput, k};
-//   - a lifted attribute     -> a stage attribute input (owned by this stage);
+//   - a lifted attribute     -> a stage attribute input, owned by the first
+//                               stage that reads it; a later stage reading
+//                               it too (tied weights) receives it from the
+//                               owner as a StageOutput, so there is one tensor
+//                               and every user's gradient flows back to it;
 //   - a value of stage a < s -> an output of stage a and an input of stage s,
 //                               ValueRef{StageOutput, a, k}.
 // Because consumers name the producing stage directly, a value that skips
@@ -21,7 +25,10 @@
 
 #include "passes/split_stages.h"
 
+#include <functional>
+#include <set>
 #include <unordered_map>
+#include <unordered_set>
 
 #include <torch/csrc/jit/jit_log.h>
 
@@ -35,7 +42,13 @@ using torch::jit::Value;
 class StageSplitter {
  public:
   StageSplitter(const std::shared_ptr<Graph>& graph, const StagePlan& plan, size_t num_model_inputs)
-      : graph_(graph), plan_(plan), num_model_inputs_(num_model_inputs) {}
+      : graph_(graph), plan_(plan), num_model_inputs_(num_model_inputs) {
+    // Non-tensor attributes (the training flag) are plain values: each stage reads its own.
+    for (size_t k = num_model_inputs_; k < graph_->inputs().size(); ++k) {
+      Value* v = graph_->inputs()[k];
+      if (!v->type()->cast<c10::TensorType>()) shareable_.insert(v);
+    }
+  }
 
   SplitResult Run() {
     std::vector<Node*> nodes(graph_->nodes().begin(), graph_->nodes().end());
@@ -43,6 +56,7 @@ class StageSplitter {
     for (size_t i = 0; i < nodes.size(); ++i) {
       if (nodes[i]->kind() != c10::prim::Constant) stage_of_node_[nodes[i]] = StageOfIndex(i);
     }
+    FindAttributeOwners(nodes);
     stages_.resize(plan_.num_stages());
     for (size_t s = 0; s < stages_.size(); ++s) {
       stages_[s].graph = std::make_shared<Graph>();
@@ -115,13 +129,13 @@ class StageSplitter {
       });
       stage.graph->prependNode(constant);
       local = constant->output();
-    } else if (producer == graph_->param_node() && v->offset() >= num_model_inputs_) {
+    } else if (producer == graph_->param_node() && v->offset() >= num_model_inputs_ &&
+               (!IsShared(v) || attribute_owner_.at(v) == s)) {
       local = stage.graph->addInput()->copyMetadata(v);  // attributes go last
       stage.attribute_inputs.push_back(v->offset() - num_model_inputs_);
     } else {
-      ValueRef ref = producer == graph_->param_node()
-                         ? ValueRef{ValueRef::Origin::ModelInput, 0, v->offset()}
-                         : Export(v);
+      bool model_input = producer == graph_->param_node() && v->offset() < num_model_inputs_;
+      ValueRef ref = model_input ? ValueRef{ValueRef::Origin::ModelInput, 0, v->offset()} : Export(v);
       local = stage.graph->insertInput(stage.activation_inputs.size())->copyMetadata(v);
       stage.activation_inputs.push_back(ref);
     }
@@ -129,9 +143,39 @@ class StageSplitter {
     return local;
   }
 
+  // Which stages read each attribute input (blocks count for their top-level
+  // node). An attribute read by several stages belongs to the first; the
+  // others receive it from there like an activation, so that there is one
+  // tensor, and gradients from every user flow back to it.
+  void FindAttributeOwners(const std::vector<Node*>& nodes) {
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      size_t s = StageOfIndex(i);
+      std::function<void(Node*)> visit = [&](Node* n) {
+        for (Value* in : n->inputs()) {
+          if (in->node() != graph_->param_node() || in->offset() < num_model_inputs_) continue;
+          attribute_owner_.emplace(in, s);  // first (lowest) stage wins
+          attribute_users_[in].insert(s);
+        }
+        for (torch::jit::Block* b : n->blocks()) {
+          for (Node* inner : b->nodes()) visit(inner);
+          visit(b->return_node());
+        }
+      };
+      visit(nodes[i]);
+    }
+  }
+
+  bool IsShared(Value* v) const {
+    auto it = attribute_users_.find(v);
+    return it != attribute_users_.end() && it->second.size() > 1 && !shareable_.count(v);
+  }
+
   // Makes v an output of the stage that defines it and returns where it lives.
   ValueRef Export(Value* v) {
     Node* producer = v->node();
+    if (producer == graph_->param_node() && v->offset() >= num_model_inputs_) {
+      return ExportFrom(attribute_owner_.at(v), v);  // a shared attribute
+    }
     if (producer == graph_->param_node()) {
       TORCH_CHECK(v->offset() < num_model_inputs_,
                   "the model returns one of its parameters or buffers ('", v->debugName(),
@@ -143,7 +187,10 @@ class StageSplitter {
                 "); pipelined models must return computed values");
     // A value defined inside a block never escapes it, so its top-level
     // owner is the producer itself here.
-    size_t owner = stage_of_node_.at(producer);
+    return ExportFrom(stage_of_node_.at(producer), v);
+  }
+
+  ValueRef ExportFrom(size_t owner, Value* v) {
     Stage& stage = stages_[owner];
     for (size_t k = 0; k < stage.exported.size(); ++k) {
       if (stage.exported[k] == v) return {ValueRef::Origin::StageOutput, owner, k};
@@ -156,6 +203,9 @@ class StageSplitter {
   const StagePlan& plan_;
   size_t num_model_inputs_;
   std::unordered_map<Node*, size_t> stage_of_node_;
+  std::unordered_map<Value*, size_t> attribute_owner_;
+  std::unordered_map<Value*, std::set<size_t>> attribute_users_;
+  std::unordered_set<Value*> shareable_;  // attributes every stage keeps a copy of
   std::vector<Stage> stages_;
 };
 

@@ -44,8 +44,10 @@ struct SplitResult {
 // LiftAttributes). A value used by a later stage becomes an output of its
 // producer and an input of each consumer only: it is routed directly, never
 // passed through the stages in between. Constants are cloned into each stage
-// that uses them. Nodes with blocks are never cut (they are one top-level
-// node). Does not modify `graph`.
+// that uses them. A tensor attribute read by several stages (tied weights) is
+// owned by the first and routed to the others as a value, so gradients from
+// every user reach the one tensor. Nodes with blocks are never cut (they are
+// one top-level node). Does not modify `graph`.
 SplitResult SplitStages(const std::shared_ptr<torch::jit::Graph>& graph, const StagePlan& plan,
                         size_t num_model_inputs);
 

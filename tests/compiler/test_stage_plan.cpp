@@ -59,3 +59,60 @@ TEST(StagePlan, ParseBalance) {
 
 }  // namespace
 }  // namespace gpipe
+
+#include "passes/lift_attributes.h"
+#include "tests/passes/module_builders.h"
+
+namespace gpipe {
+namespace {
+
+using testing::InlinedForward;
+using testing::ParentModule;
+using testing::ScaleModule;
+
+std::shared_ptr<torch::jit::Graph> Lowered(const torch::jit::Module& m) {
+  auto graph = InlinedForward(m);
+  LiftAttributes(graph, m._ivalue());
+  return graph;
+}
+
+torch::jit::Module Nested() {
+  auto layer1 = ParentModule("L1", {{"b0", ScaleModule("L1B0", 1.0)}, {"b1", ScaleModule("L1B1", 2.0)}}, R"(
+    def forward(self, x):
+        return self.b1.forward(self.b0.forward(x))
+  )");
+  auto layer2 = ParentModule("L2", {{"b0", ScaleModule("L2B0", 3.0)}, {"b1", ScaleModule("L2B1", 4.0)}}, R"(
+    def forward(self, x):
+        return self.b1.forward(self.b0.forward(x))
+  )");
+  return ParentModule("Net", {{"layer1", layer1}, {"layer2", layer2}}, R"(
+    def forward(self, x):
+        return self.layer2.forward(self.layer1.forward(x))
+  )");
+}
+
+TEST(SplitBefore, CutsBeforeNestedSubmodules) {
+  auto graph = Lowered(Nested());
+  StagePlan plan = PlanSplitBefore(graph, {"layer2.b0", "layer1.b1"});
+  ASSERT_EQ(plan.num_stages(), 3u);
+  std::vector<torch::jit::Node*> nodes(graph->nodes().begin(), graph->nodes().end());
+  EXPECT_EQ(ModulePathOf(nodes[plan.first_node[1]]), "layer1.b1");
+  EXPECT_EQ(ModulePathOf(nodes[plan.first_node[2]]), "layer2.b0");
+}
+
+TEST(SplitBefore, UnknownNameListsTheValidOnes) {
+  auto graph = Lowered(Nested());
+  try {
+    PlanSplitBefore(graph, {"layer3"});
+    FAIL();
+  } catch (const c10::Error& e) {
+    EXPECT_EQ(std::string(e.what_without_backtrace()),
+              "--split-before: the model has no submodule 'layer3' with operations in forward; "
+              "valid names: layer1, layer1.b0, layer1.b1, layer2, layer2.b0, layer2.b1");
+  }
+  EXPECT_THROW(PlanSplitBefore(graph, {"layer1"}), c10::Error);  // stage 0 would be empty
+  EXPECT_THROW(PlanSplitBefore(graph, {"layer2", "layer2.b0"}), c10::Error);  // same place twice
+}
+
+}  // namespace
+}  // namespace gpipe

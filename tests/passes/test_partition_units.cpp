@@ -43,7 +43,7 @@ TEST(PartitionUnits, SecondCallOfAModuleIsItsOwnUnit) {
             (std::vector<std::string>{"a", "b", "a#2"}));
 }
 
-TEST(PartitionUnits, RootNodesJoinThePrecedingUnit) {
+TEST(PartitionUnits, RootNodesJoinTheUnitTheyFeed) {
   auto m = ParentModule("Root", {{"a", ScaleModule("RA", 1.0)}, {"b", ScaleModule("RB", 2.0)}}, R"(
     def forward(self, x):
         y = self.a.forward(x)
@@ -56,8 +56,8 @@ TEST(PartitionUnits, RootNodesJoinThePrecedingUnit) {
   size_t index = 0;
   for (auto* node : graph->nodes()) {
     if (node->kind() == c10::aten::sub) {
-      EXPECT_GE(index, units[0].begin);
-      EXPECT_LT(index, units[0].end);
+      EXPECT_GE(index, units[1].begin);
+      EXPECT_LT(index, units[1].end);
     }
     ++index;
   }

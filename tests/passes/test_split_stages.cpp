@@ -113,3 +113,27 @@ TEST(SplitStages, RejectsPlansThatLeaveAStageEmpty) {
 
 }  // namespace
 }  // namespace gpipe
+
+namespace gpipe {
+namespace {
+
+TEST(SplitStages, SharedAttributeIsOwnedByItsFirstUserAndRoutedToTheOthers) {
+  // Tied weights: %emb is read on stage 0 (lookup) and stage 2 (output head).
+  auto graph = Parse(R"IR(
+graph(%ids : Tensor, %emb : Tensor, %w : Tensor, %training : bool):
+  %h : Tensor = a::embed(%emb, %ids, %training)
+  %g : Tensor = a::mix(%h, %w)
+  %logits : Tensor = a::head(%g, %emb, %training)
+  return (%logits))IR");
+  auto split = SplitStages(graph, StagePlan{{0, 1, 2}}, /*num_model_inputs=*/1);
+  const auto& s = split.stages;
+  EXPECT_EQ(s[0].attribute_inputs, (std::vector<size_t>{0, 2}));  // emb and the flag
+  EXPECT_EQ(NumOutputs(s[0]), 2u);                                 // h, and emb for stage 2
+  EXPECT_EQ(s[2].activation_inputs, (std::vector<ValueRef>{FromStage(1, 0), FromStage(0, 1)}));
+  // The bool flag is not a tensor to share: stage 2 reads its own copy.
+  EXPECT_EQ(s[2].attribute_inputs, (std::vector<size_t>{2}));
+  EXPECT_EQ(s[1].attribute_inputs, (std::vector<size_t>{1}));
+}
+
+}  // namespace
+}  // namespace gpipe
