@@ -66,16 +66,19 @@ int Main(int argc, char** argv) {
   if (vm.count("checkpoint")) options.checkpoint = gpipe::ParseCheckpointMode(checkpoint);
   if (vm.count("devices")) options.devices = gpipe::SplitList(devices);
   auto specs = gpipe::ParseInputSpecs(sample_input);
+  auto load_start = std::chrono::steady_clock::now();
   gpipe::Pipeline pipe = gpipe::Pipeline::load(artifact, options);
+  double load_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
   pipe.train(train);
 
   torch::manual_seed(seed);
   std::vector<c10::IValue> inputs = gpipe::MakeSampleInputs(specs);
   const int64_t batch = specs[0].shape[0];
-  std::printf("%s: %zu stages, chunks %lld, checkpoint %s, batch %lld, %s\n", artifact.c_str(),
-              pipe.num_stages(), static_cast<long long>(pipe.chunks()),
+  std::printf("%s: %zu stages, chunks %lld, checkpoint %s, batch %lld, %s (loaded in %.2f s)\n",
+              artifact.c_str(), pipe.num_stages(), static_cast<long long>(pipe.chunks()),
               gpipe::ToString(pipe.checkpoint()).c_str(), static_cast<long long>(batch),
-              train ? "training" : "inference");
+              train ? "training" : "inference", load_seconds);
 
   torch::optim::SGD optimizer(pipe.parameters(), torch::optim::SGDOptions(lr));
   at::Tensor target;

@@ -6,6 +6,7 @@
 #include <torch/csrc/autograd/grad_mode.h>
 
 #include "runtime/pipeline_error.h"
+#include "runtime/recompute.h"
 
 namespace gpipe {
 namespace {
@@ -132,12 +133,15 @@ void PipelineRun::RunBackwardTask(size_t i, size_t j, uint64_t ticket) {
   bool any = false;
   for (const auto& g : slot.output_grads) any = any || g.defined();
   if (any) {
+    std::optional<BufferSnapshot> buffers;  // restored after this task's backward
     if (slot.checkpointed) {  // recompute the graph, replaying the forward's random draws
+      buffers.emplace(stage.module);
       RngState current;
       if (stage.uses_rng) {
         current = CaptureRngState(stage.device);
         RestoreRngState(slot.rng);
       }
+      RecomputeScope recompute;
       at::AutoGradMode grad_mode(true);
       slot.outputs = stage.Run(slot.inputs);
       if (stage.uses_rng) RestoreRngState(current);

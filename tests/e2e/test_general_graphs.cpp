@@ -133,3 +133,34 @@ TEST(GeneralGraphs, SeveralInputsTupleOutputAndAnIntAcrossACut) {
 
 }  // namespace
 }  // namespace gpipe
+
+namespace gpipe {
+namespace {
+
+TEST(GeneralGraphs, RecomputeDoesNotUpdateBatchNormStatisticsTwice) {
+  TempDir dir;
+  CompileModel(TestModel("unet.pt"), dir.path("u.gpipe"), Options(3, 2));
+  torch::manual_seed(0);
+  at::Tensor x = torch::randn({4, 3, 16, 16});
+  std::vector<std::vector<std::pair<std::string, at::Tensor>>> buffers;
+  for (auto mode : {CheckpointMode::Never, CheckpointMode::Always}) {
+    PipelineOptions options;
+    options.checkpoint = mode;
+    Pipeline pipe = Pipeline::load(dir.path("u.gpipe"), options);
+    testing::RunPipeline(pipe, x, /*train=*/true, 0);
+    buffers.push_back(pipe.named_buffers());
+  }
+  ASSERT_EQ(buffers[0].size(), buffers[1].size());
+  bool tracked = false;
+  for (size_t k = 0; k < buffers[0].size(); ++k) {
+    EXPECT_TRUE(torch::equal(buffers[0][k].second, buffers[1][k].second)) << buffers[0][k].first;
+    if (buffers[0][k].first == "enc1.1.num_batches_tracked") {
+      tracked = true;
+      EXPECT_EQ(buffers[1][k].second.item<int64_t>(), 2) << "one update per micro-batch, none per recompute";
+    }
+  }
+  EXPECT_TRUE(tracked);
+}
+
+}  // namespace
+}  // namespace gpipe
