@@ -162,3 +162,31 @@ TEST(Artifact, FailureBetweenWriteAndRenameKeepsThePreviousFile) {
 
 }  // namespace
 }  // namespace gpipe
+
+namespace gpipe {
+namespace {
+
+TEST(Cli, InspectShowsTheUNetSkipRoutesWithShapes) {
+  TempDir dir;
+  ASSERT_EQ(RunCli("gpipe-compile", TestModel("unet.pt") + " -o " + dir.path("u.gpipe") + " --stages 3").exit_code, 0);
+  auto result = RunCli("gpipe-inspect", dir.path("u.gpipe") + " --sample-input 2x3x16x16");
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_OUTPUT_HAS(result, "3 stages");
+  EXPECT_OUTPUT_HAS(result, "stage 1  device cpu");
+  EXPECT_OUTPUT_HAS(result, "skip routes");
+  EXPECT_OUTPUT_HAS(result, "stage 0 out 1 -> stage 2 in 1 [2, 8, 8, 8]");
+  EXPECT_OUTPUT_HAS(result, "stage 0 out 2 -> stage 2 in 2 [2, 4, 16, 16]");
+}
+
+TEST(Cli, SplitBeforeAnUnknownNameListsTheValidOnes) {
+  TempDir dir;
+  auto result = RunCli("gpipe-compile", TestModel("resnet50.pt") + " -o " + dir.path("r.gpipe") +
+                                            " --split-before layer2.0,layer9");
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_OUTPUT_HAS(result, "--split-before: the model has no submodule 'layer9'");
+  EXPECT_OUTPUT_HAS(result, "valid names: conv1, bn1, relu, maxpool, layer1, layer1.0, layer1.0.conv1");
+  EXPECT_FALSE(std::filesystem::exists(dir.path("r.gpipe")));
+}
+
+}  // namespace
+}  // namespace gpipe
