@@ -36,6 +36,8 @@ int Main(int argc, char** argv) {
       ("checkpoint", po::value(&checkpoint)->default_value("except_last"),
        "recomputation: always, except_last or never")
       ("devices", po::value(&devices), "one device per stage, e.g. cpu,cpu or cuda:0,cuda:1 (default: all cpu)")
+      ("deferred-batch-norm", "update batch-norm running statistics once per mini-batch, from all "
+       "micro-batches together (as the unpipelined model), instead of once per micro-batch")
       ("verify", "after writing, compare outputs and gradients with the original model")
       ("sample-input", po::value(&sample_input), "input shape(s) for --verify, e.g. 64x512 or 8x128:int64:1000")
       ("tolerance", po::value(&tolerance)->default_value(1e-5), "--verify: largest allowed scaled difference");
@@ -60,6 +62,7 @@ int Main(int argc, char** argv) {
   }
   options.balance.num_stages = stages;
   options.chunks = chunks;
+  options.deferred_batch_norm = vm.count("deferred-batch-norm") > 0;
   options.checkpoint = gpipe::ParseCheckpointMode(checkpoint);
   if (vm.count("devices")) options.devices = gpipe::SplitList(devices);
   std::vector<gpipe::InputSpec> specs;

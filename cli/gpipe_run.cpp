@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include "cli/cli_main.h"
+#include "runtime/memory_tracker.h"
 #include "runtime/pipeline.h"
 #include "runtime/sample_input.h"
 
@@ -20,6 +21,20 @@ at::Tensor Loss(const std::string& kind, const at::Tensor& output, const at::Ten
   if (kind == "mse") return torch::mse_loss(output, target);
   if (kind == "sum") return output.sum();
   TORCH_CHECK(false, "unknown --loss '", kind, "'; use mse or sum");
+}
+
+std::string MiB(int64_t bytes) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+  return buffer;
+}
+
+void PrintMemory(size_t num_stages) {
+  std::string line = "  peak activation memory:";
+  auto peaks = gpipe::MemoryTracker::PeakBytes(num_stages);
+  for (size_t s = 0; s < peaks.size(); ++s) line += " stage " + std::to_string(s) + " " + MiB(peaks[s]) + ",";
+  line += " all stages " + MiB(gpipe::MemoryTracker::TotalPeakBytes());
+  std::printf("%s\n", line.c_str());
 }
 
 int Main(int argc, char** argv) {
@@ -43,7 +58,9 @@ int Main(int argc, char** argv) {
       ("devices", po::value(&devices), "one device per stage (default: as compiled)")
       ("seed", po::value(&seed)->default_value(0), "seed for inputs, target and dropout")
       ("threads", po::value(&threads)->default_value(0), "intra-op threads (0 = LibTorch's default)")
-      ("save", po::value(&save), "after the last step, write the (trained) artifact here, atomically");
+      ("save", po::value(&save), "after the last step, write the (trained) artifact here, atomically")
+      ("report-memory", "print each stage's peak activation memory per step (counts CPU tensors "
+       "the stage's tasks allocate)");
   po::positional_options_description positional;
   positional.add("artifact", 1);
   po::variables_map vm;
@@ -66,6 +83,8 @@ int Main(int argc, char** argv) {
   if (vm.count("checkpoint")) options.checkpoint = gpipe::ParseCheckpointMode(checkpoint);
   if (vm.count("devices")) options.devices = gpipe::SplitList(devices);
   auto specs = gpipe::ParseInputSpecs(sample_input);
+  const bool report_memory = vm.count("report-memory") > 0;
+  if (report_memory) gpipe::MemoryTracker::Enable();  // before any stage allocates
   auto load_start = std::chrono::steady_clock::now();
   gpipe::Pipeline pipe = gpipe::Pipeline::load(artifact, options);
   double load_seconds =
@@ -85,6 +104,7 @@ int Main(int argc, char** argv) {
   std::vector<double> rates;
   double first_loss = 0, last_loss = 0;
   for (int64_t step = 1; step <= steps; ++step) {
+    gpipe::MemoryTracker::ResetPeaks();
     auto start = std::chrono::steady_clock::now();
     double loss_value = 0;
     if (train) {
@@ -112,6 +132,7 @@ int Main(int argc, char** argv) {
       std::printf("step %lld/%lld  %.1f samples/s\n", static_cast<long long>(step),
                   static_cast<long long>(steps), rates.back());
     }
+    if (report_memory) PrintMemory(pipe.num_stages());
     std::fflush(stdout);
   }
   // Step 1 pays for warm-up (allocations, executor profiling): leave it out when we can.

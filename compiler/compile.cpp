@@ -5,6 +5,7 @@
 
 #include "compiler/model_loader.h"
 #include "compiler/stage_module.h"
+#include "passes/defer_batch_norm.h"
 #include "passes/partition_units.h"
 #include "passes/split_stages.h"
 #include "runtime/artifact.h"
@@ -28,6 +29,10 @@ CompileReport CompileModel(const std::string& model_path, const std::string& out
                            const CompileOptions& options) {
   TORCH_CHECK(options.chunks >= 1, "--chunks is ", options.chunks, "; it must be at least 1");
   LoweredModel lowered = LowerModel(LoadModel(model_path));
+  std::vector<DeferredBatchNorm> deferred;
+  if (options.deferred_batch_norm) {
+    deferred = DeferBatchNorm(lowered.graph, lowered.attributes, lowered.num_inputs);
+  }
   std::vector<PartitionUnit> units = FindPartitionUnits(lowered.graph);
   StagePlan plan = options.split_before.empty()
                        ? PlanStages(units, options.balance)
@@ -47,12 +52,13 @@ CompileReport CompileModel(const std::string& model_path, const std::string& out
   manifest.input_names = lowered.input_names;
   manifest.chunks = options.chunks;
   manifest.checkpoint = options.checkpoint;
+  manifest.deferred_batch_norm = !deferred.empty();
   for (const auto& ref : split.model_outputs) manifest.outputs.push_back(ToSource(ref));
 
   std::vector<ArtifactRecord> records;
   size_t unit = 0;
   for (size_t s = 0; s < num_stages; ++s) {
-    BuiltStage built = BuildStageModule(split.stages[s], lowered.attributes, s);
+    BuiltStage built = BuildStageModule(split.stages[s], lowered.attributes, s, deferred);
     StageEntry entry;
     entry.file = "stage_" + std::to_string(s) + ".pt";
     entry.device = devices[s];

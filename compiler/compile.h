@@ -16,6 +16,7 @@ struct CompileOptions {
   int64_t chunks = 1;
   CheckpointMode checkpoint = CheckpointMode::ExceptLast;
   std::vector<std::string> devices;  // one per stage; empty = all "cpu"
+  bool deferred_batch_norm = false;  // running statistics from the whole mini-batch
 };
 
 struct CompileReport {

@@ -1,5 +1,6 @@
 #include "compiler/stage_module.h"
 
+#include <algorithm>
 #include <cctype>
 
 #include <torch/csrc/jit/api/compilation_unit.h>
@@ -23,10 +24,44 @@ bool UsesRng(const torch::jit::Block* block) {
   return false;
 }
 
+// TorchScript source of the commit method for the deferred batch norms this
+// stage owns: ATen's running-statistics update (in double), once, from the
+// whole batch's sums.
+std::string CommitSource(const std::vector<DeferredBatchNorm>& deferred,
+                         const std::vector<LiftedAttribute>& attributes,
+                         const std::vector<size_t>& owned, size_t stage_index) {
+  auto name = [&](size_t a) { return "self." + AttributeName(a, attributes[a].name); };
+  auto owns = [&](size_t a) { return std::find(owned.begin(), owned.end(), a) != owned.end(); };
+  std::string body;
+  for (const auto& d : deferred) {
+    if (!owns(d.sum)) continue;
+    for (size_t a : {d.running_mean, d.running_var}) {
+      TORCH_CHECK(owns(a), "--deferred-batch-norm: stage ", stage_index, " runs batch norm '",
+                  attributes[d.sum].name, "' but not its running statistics");
+    }
+    std::string m = std::to_string(d.momentum);
+    std::string rm = name(d.running_mean), rv = name(d.running_var);
+    body += "    if bool(" + name(d.calls) + " > 0):\n";
+    body += "        n = " + name(d.count) + "\n";
+    body += "        mean = " + name(d.sum) + " / n\n";
+    body += "        var = (" + name(d.sum_squares) + " / n - mean * mean) * (n / (n - 1.0))\n";
+    body += "        " + rm + ".copy_(" + m + " * mean + (1.0 - " + m + ") * " + rm + ".double())\n";
+    body += "        " + rv + ".copy_(" + m + " * var + (1.0 - " + m + ") * " + rv + ".double())\n";
+    if (d.num_batches_tracked >= 0 && owns(static_cast<size_t>(d.num_batches_tracked))) {
+      // The graph counted every micro-batch; a mini-batch counts once.
+      body += "        " + name(static_cast<size_t>(d.num_batches_tracked)) + ".sub_(int(float(" +
+              name(d.calls) + ")) - 1)\n";
+    }
+    for (size_t a : {d.sum, d.sum_squares, d.count, d.calls}) body += "        " + name(a) + ".zero_()\n";
+  }
+  if (body.empty()) return "";
+  return "def gpipe_commit_batch_norm(self):\n" + body + "    return None\n";
+}
+
 }  // namespace
 
 BuiltStage BuildStageModule(const StageGraph& stage, const std::vector<LiftedAttribute>& attributes,
-                            size_t stage_index) {
+                            size_t stage_index, const std::vector<DeferredBatchNorm>& deferred) {
   auto cu = std::make_shared<torch::jit::CompilationUnit>();
   BuiltStage built;
   built.module = torch::jit::Module(
@@ -61,6 +96,8 @@ BuiltStage BuildStageModule(const StageGraph& stage, const std::vector<LiftedAtt
 
   auto fn = cu->create_function(c10::QualifiedName(*m.type()->name(), "forward"), graph);
   m.type()->addMethod(fn);
+  std::string commit = CommitSource(deferred, attributes, stage.attribute_inputs, stage_index);
+  if (!commit.empty()) m.define(commit);
   return built;
 }
 

@@ -4,6 +4,7 @@
 
 #include <torch/script.h>
 
+#include "passes/defer_batch_norm.h"
 #include "passes/lift_attributes.h"
 #include "passes/split_stages.h"
 #include "runtime/manifest.h"
@@ -21,7 +22,12 @@ struct BuiltStage {
 // the module (an identifier name; the original dotted name goes to the
 // manifest), the training flag becomes the module's own `training`, and the
 // remaining inputs are forward's arguments.
+//
+// If the stage holds batch norms rewritten by DeferBatchNorm, the module also
+// gets `gpipe_commit_batch_norm(self)`, which the runtime calls once per
+// training forward to fold the accumulated whole-batch statistics into the
+// running statistics (kCommitBatchNormMethod).
 BuiltStage BuildStageModule(const StageGraph& stage, const std::vector<LiftedAttribute>& attributes,
-                            size_t stage_index);
+                            size_t stage_index, const std::vector<DeferredBatchNorm>& deferred = {});
 
 }  // namespace gpipe

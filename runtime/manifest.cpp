@@ -114,6 +114,7 @@ std::string ManifestToJson(const Manifest& m) {
             {"outputs", outputs},
             {"chunks", m.chunks},
             {"checkpoint", ToString(m.checkpoint)},
+            {"deferred_batch_norm", m.deferred_batch_norm},
             {"stages", stages}};
   return j.dump(2) + "\n";
 }
@@ -140,6 +141,7 @@ Manifest ParseManifest(const std::string& text) {
   }
   m.chunks = Field<int64_t>(j, "chunks", "the manifest");
   m.checkpoint = ParseCheckpointMode(Field<std::string>(j, "checkpoint", "the manifest"));
+  m.deferred_batch_norm = Field<bool>(j, "deferred_batch_norm", "the manifest");
   const json& stages = ArrayField(j, "stages", "the manifest");
   for (size_t s = 0; s < stages.size(); ++s) {
     std::string where = "stage " + std::to_string(s);

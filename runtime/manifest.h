@@ -45,6 +45,7 @@ struct Manifest {
   std::vector<ValueSource> outputs;
   int64_t chunks = 1;
   CheckpointMode checkpoint = CheckpointMode::ExceptLast;
+  bool deferred_batch_norm = false;  // stages commit batch-norm statistics once per mini-batch
   std::vector<StageEntry> stages;
 };
 

@@ -83,6 +83,7 @@ Pipeline Pipeline::load(const std::string& path, const PipelineOptions& options)
     stage.num_outputs = entry.num_outputs;
     stage.uses_rng = entry.uses_rng;
     stage.parameters = entry.parameters;
+    stage.commits_batch_norm = stage.module.find_method(kCommitBatchNormMethod).has_value();
     core->stages.push_back(std::move(stage));
   }
   core->worker_of_stage = AssignWorkers(core->stages, core->workers);
@@ -106,6 +107,13 @@ std::vector<at::Tensor> Pipeline::forward(const std::vector<c10::IValue>& inputs
   }
   auto run = std::make_shared<PipelineRun>(core_, Scatter(inputs, core_->chunks), needs_grad);
   run->Forward();
+  {
+    // Deferred batch norm: the whole mini-batch's statistics, folded in once.
+    at::NoGradGuard no_grad;
+    for (auto& stage : core_->stages) {
+      if (stage.commits_batch_norm && stage.module.is_training()) stage.module.run_method(kCommitBatchNormMethod);
+    }
+  }
 
   std::vector<at::Tensor> outputs;
   {

@@ -5,6 +5,7 @@
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
+#include "runtime/memory_tracker.h"
 #include "runtime/pipeline_error.h"
 #include "runtime/recompute.h"
 
@@ -71,6 +72,7 @@ void PipelineRun::Schedule(const std::vector<std::vector<Task>>& clocks, bool fo
       uint64_t ticket = takes_turn ? core_->turnstile.TakeTicket() : UINT64_MAX;
       auto& worker = *core_->workers[core_->worker_of_stage[t.stage]];
       done.push_back(worker.Submit([this, t, ticket, forward] {
+        MemoryTracker::StageScope memory(t.stage);
         try {
           if (forward) {
             RunForwardTask(t.micro_batch, t.stage, ticket);

@@ -20,10 +20,13 @@ struct Stage {
   int64_t num_outputs = 0;
   bool uses_rng = false;  // contains a nondeterministic op (dropout, ...)
   std::vector<ParameterEntry> parameters;
+  bool commits_batch_norm = false;  // has kCommitBatchNormMethod (deferred batch norm)
 
   // Runs forward on one micro-batch; returns exactly num_outputs values.
   std::vector<c10::IValue> Run(std::vector<c10::IValue> inputs);
 };
+
+constexpr const char* kCommitBatchNormMethod = "gpipe_commit_batch_norm";
 
 // Parses "cpu", "cuda", "cuda:1"; checks the device exists in this build.
 c10::Device ParseDevice(const std::string& text);

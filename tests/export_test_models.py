@@ -75,6 +75,9 @@ def main() -> None:
     seq = nn.Sequential(nn.Linear(4, 6), Branchy(), nn.Linear(6, 3))
     torch.jit.script(seq).save(os.path.join(args.dir, "branchy.pt"))
     torch.jit.script(MultiIO()).save(os.path.join(args.dir, "multi_io.pt"))
+    conv_bn = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(),
+                            nn.Flatten(), nn.Linear(4 * 6 * 6, 5))
+    torch.jit.script(conv_bn).save(os.path.join(args.dir, "conv_bn.pt"))
     torch.jit.script(UNet(base=4)).save(os.path.join(args.dir, "unet.pt"))
     torch.jit.script(GPT(vocab=50, dim=16, heads=2, layers=3, context=16, dropout=0.1)).save(
         os.path.join(args.dir, "gpt.pt"))

@@ -164,3 +164,56 @@ TEST(GeneralGraphs, RecomputeDoesNotUpdateBatchNormStatisticsTwice) {
 
 }  // namespace
 }  // namespace gpipe
+
+namespace gpipe {
+namespace {
+
+std::map<std::string, at::Tensor> OriginalBuffersAfterOneTrainingStep(const at::Tensor& x) {
+  auto m = torch::jit::load(TestModel("conv_bn.pt"));
+  m.train();
+  m.forward({x}).toTensor().sum().backward();
+  std::map<std::string, at::Tensor> buffers;
+  for (const auto& b : m.named_buffers()) buffers[b.name] = b.value;
+  return buffers;
+}
+
+TEST(DeferredBatchNorm, RunningStatisticsComeFromTheWholeBatch) {
+  torch::manual_seed(0);
+  at::Tensor x = torch::randn({8, 3, 6, 6}) * 3 + 1;
+  auto want = OriginalBuffersAfterOneTrainingStep(x);
+  TempDir dir;
+  for (bool deferred : {true, false}) {
+    for (auto mode : {CheckpointMode::Never, CheckpointMode::Always}) {
+      CompileOptions options = Options(2, 4, mode);
+      options.deferred_batch_norm = deferred;
+      auto report = CompileModel(TestModel("conv_bn.pt"), dir.path("bn.gpipe"), options);
+      EXPECT_EQ(report.manifest.deferred_batch_norm, deferred);
+      Pipeline pipe = Pipeline::load(dir.path("bn.gpipe"));
+      testing::RunPipeline(pipe, x, /*train=*/true, 0);
+      std::map<std::string, at::Tensor> got;
+      for (const auto& [name, b] : pipe.named_buffers()) got[name] = b;
+      double mean_diff = (got.at("1.running_mean") - want.at("1.running_mean")).abs().max().item<double>();
+      double var_diff = (got.at("1.running_var") - want.at("1.running_var")).abs().max().item<double>();
+      if (deferred) {
+        EXPECT_LE(mean_diff, 1e-6) << ToString(mode);
+        EXPECT_LE(var_diff, 1e-6) << ToString(mode);
+        EXPECT_EQ(got.at("1.num_batches_tracked").item<int64_t>(), 1) << ToString(mode);
+        EXPECT_EQ(got.at("1.gpipe_calls").item<double>(), 0.0) << "accumulators are reset by the commit";
+      } else {
+        // Four updates from four small batches: visibly not the whole batch's statistics.
+        EXPECT_GT(mean_diff, 1e-3);
+        EXPECT_EQ(got.at("1.num_batches_tracked").item<int64_t>(), 4);
+      }
+    }
+  }
+}
+
+TEST(DeferredBatchNorm, EvalModeIsUnchanged) {
+  CompileOptions options = Options(2, 2);
+  options.deferred_batch_norm = true;
+  torch::manual_seed(0);
+  ExpectEqualToOriginal("conv_bn.pt", options, torch::randn({4, 3, 6, 6}), 1e-6);
+}
+
+}  // namespace
+}  // namespace gpipe

@@ -48,6 +48,7 @@ TEST(Manifest, RoundTrips) {
   EXPECT_TRUE(m.stages[1].parameters[0].is_buffer);
   EXPECT_EQ(m.stages[0].parameters[0].original, "0.weight");
   EXPECT_TRUE(m.stages[0].uses_rng);
+  EXPECT_FALSE(m.deferred_batch_norm);
   EXPECT_EQ(ManifestToJson(m), ManifestToJson(TwoStages()));
 }
 

@@ -1,0 +1,40 @@
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace gpipe {
+
+// Per-stage peak of live CPU tensor bytes that the stage's own tasks
+// allocated (activations kept for backward, recomputed activations,
+// gradients), measured by wrapping LibTorch's CPU allocator. Allocations made
+// outside a stage task (parameters, the optimizer, the caller's tensors) are
+// not counted. Off unless Enable() is called: then every CPU allocation pays
+// one extra heap node and two atomic adds. CUDA stages report the caching
+// allocator's peak instead (see PeakBytes()).
+class MemoryTracker {
+ public:
+  static void Enable();  // installs the counting allocator; idempotent
+  static bool enabled();
+
+  // Attributes this thread's allocations to `stage` while alive.
+  class StageScope {
+   public:
+    explicit StageScope(size_t stage);
+    ~StageScope();
+    StageScope(const StageScope&) = delete;
+    StageScope& operator=(const StageScope&) = delete;
+
+   private:
+    int previous_;
+  };
+
+  // Starts a measurement: peaks are reported above what is live now, so that
+  // parameter gradients kept from the previous step are not counted.
+  static void ResetPeaks();
+  static std::vector<int64_t> PeakBytes(size_t num_stages);  // since ResetPeaks, per stage
+  static int64_t TotalPeakBytes();  // all stages' live bytes together, at their joint peak
+  static std::vector<int64_t> CurrentBytes(size_t num_stages);
+};
+
+}  // namespace gpipe
