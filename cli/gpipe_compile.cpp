@@ -1,5 +1,6 @@
 // gpipe-compile: TorchScript model (.pt) -> pipelined artifact (.gpipe).
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 
@@ -9,14 +10,61 @@
 #include "compiler/compile.h"
 #include "compiler/stage_plan.h"
 #include "compiler/verify.h"
+#include "runtime/schedule.h"
 
 namespace po = boost::program_options;
 
 namespace {
 
+// Per stage: device, units, parameters, and with a profiled balance the
+// measured cost, its share, and what the GPipe schedule predicts from it.
+void PrintPlan(const gpipe::CompileReport& report) {
+  const auto& m = report.manifest;
+  const bool costed = !report.unit_costs.empty();
+  const char* unit = m.balance_method == "time" ? "ms" : "MiB";
+  const double scale = m.balance_method == "time" ? 1.0 : 1.0 / (1 << 20);
+  std::printf("  %-5s %-8s %-6s %-12s %s%s\n", "stage", "device", "units", "parameters",
+              costed ? "cost        share  " : "", "unit names");
+  std::vector<double> stage_costs;
+  size_t first_unit = 0;
+  double total = 0;
+  for (double c : report.unit_costs) total += c;
+  for (size_t s = 0; s < m.stages.size(); ++s) {
+    std::string names;
+    for (const auto& u : m.stages[s].units) names += (names.empty() ? "" : ",") + u;
+    std::string cost;
+    if (costed) {
+      double c = 0;
+      for (size_t u = first_unit; u < first_unit + static_cast<size_t>(report.balance[s]); ++u) c += report.unit_costs[u];
+      stage_costs.push_back(c);
+      char buffer[64];
+      std::snprintf(buffer, sizeof buffer, "%8.2f %-3s %5.1f%%  ", c * scale, unit, total > 0 ? 100 * c / total : 0);
+      cost = buffer;
+    }
+    first_unit += static_cast<size_t>(report.balance[s]);
+    std::printf("  %-5zu %-8s %-6lld %-12lld %s%s\n", s, m.stages[s].device.c_str(),
+                static_cast<long long>(report.balance[s]),
+                static_cast<long long>(report.parameter_counts[s]), cost.c_str(), names.c_str());
+  }
+  if (!costed) return;
+  double slowest = *std::max_element(stage_costs.begin(), stage_costs.end());
+  double mean = total / static_cast<double>(stage_costs.size());
+  size_t s = stage_costs.size(), chunks = static_cast<size_t>(m.chunks);
+  std::printf("  balance by %s: max/mean stage cost %.3f", m.balance_method.c_str(), mean > 0 ? slowest / mean : 0);
+  if (m.balance_method == "time") {
+    // GPipe: M + S - 1 clocks, each as long as the slowest stage; a micro-batch
+    // costs about 1/M of the profiled (whole-batch) stage time.
+    std::printf("; predicted step (M+S-1)*max/M = %.2f ms, bubble (S-1)/(M+S-1) = %.1f%%",
+                static_cast<double>(chunks + s - 1) * slowest / static_cast<double>(chunks),
+                100.0 * gpipe::BubbleFraction(chunks, s));
+  }
+  std::printf("\n");
+}
+
 int Main(int argc, char** argv) {
-  std::string model, output, balance, devices, checkpoint, sample_input, split_before;
-  int64_t stages = 1, chunks = 1;
+  std::string model, output, balance, devices, checkpoint, sample_input, split_before, balance_by;
+  std::string optimizer;
+  int64_t stages = 1, chunks = 1, profile_steps = 5, unit_depth = 1;
   double tolerance = 1e-5;
   po::options_description opts(
       "Usage: gpipe-compile MODEL.pt -o OUT.gpipe [options]\n"
@@ -32,6 +80,15 @@ int Main(int argc, char** argv) {
       ("balance", po::value(&balance), "units per stage, e.g. 3,3,2 (overrides --stages)")
       ("split-before", po::value(&split_before),
        "cut before these submodules, any depth, e.g. layer2.0,layer3.0 (overrides --stages/--balance)")
+      ("balance-by", po::value(&balance_by),
+       "time or size: profile every unit on --sample-input and choose the cuts that minimise the "
+       "slowest (largest) of --stages stages; --split-before names become forced cuts")
+      ("unit-depth", po::value(&unit_depth)->default_value(1),
+       "module level that units come from: 1 = children of the model, 2 = their children, ...")
+      ("profile-steps", po::value(&profile_steps)->default_value(5),
+       "--balance-by: measured steps after one warm-up (the median counts)")
+      ("optimizer", po::value(&optimizer)->default_value("sgd"),
+       "--balance-by size: sgd, or adam to count its two state tensors per parameter")
       ("chunks", po::value(&chunks)->default_value(1), "micro-batches per mini-batch")
       ("checkpoint", po::value(&checkpoint)->default_value("except_last"),
        "recomputation: always, except_last or never")
@@ -60,6 +117,18 @@ int Main(int argc, char** argv) {
     if (vm.count("balance")) throw po::error("give either --balance or --split-before, not both");
     options.split_before = gpipe::SplitList(split_before);
   }
+  if (unit_depth < 1) throw po::error("--unit-depth must be at least 1");
+  options.unit_depth = static_cast<size_t>(unit_depth);
+  if (vm.count("balance-by")) {
+    if (balance_by == "time") options.balance_by = gpipe::BalanceBy::Time;
+    else if (balance_by == "size") options.balance_by = gpipe::BalanceBy::Size;
+    else throw po::error("--balance-by must be time or size, not '" + balance_by + "'");
+    if (vm.count("balance")) throw po::error("give either --balance or --balance-by, not both");
+    if (sample_input.empty()) throw po::error("--balance-by needs --sample-input to profile on");
+  }
+  if (optimizer != "sgd" && optimizer != "adam") throw po::error("--optimizer must be sgd or adam");
+  options.adam = optimizer == "adam";
+  options.profile_steps = profile_steps;
   options.balance.num_stages = stages;
   options.chunks = chunks;
   options.deferred_batch_norm = vm.count("deferred-batch-norm") > 0;
@@ -67,28 +136,30 @@ int Main(int argc, char** argv) {
   if (vm.count("devices")) options.devices = gpipe::SplitList(devices);
   std::vector<gpipe::InputSpec> specs;
   if (!sample_input.empty()) specs = gpipe::ParseInputSpecs(sample_input);
+  options.sample_inputs = specs;
+  options.progress = [](size_t done, size_t total) {
+    std::fprintf(stderr, "\rprofiling units: step %zu/%zu%s", done, total, done == total ? "\n" : "");
+    std::fflush(stderr);
+  };
 
   gpipe::CompileReport report = gpipe::CompileModel(model, output, options);
   const auto& m = report.manifest;
   std::printf("compiled %s: %zu units -> %zu stages, chunks %lld, checkpoint %s\n", model.c_str(),
               report.unit_names.size(), m.stages.size(), static_cast<long long>(m.chunks),
               gpipe::ToString(m.checkpoint).c_str());
-  std::printf("  %-5s %-8s %-6s %-12s %s\n", "stage", "device", "units", "parameters", "unit names");
-  for (size_t s = 0; s < m.stages.size(); ++s) {
-    std::string names;
-    for (const auto& u : m.stages[s].units) names += (names.empty() ? "" : ",") + u;
-    std::printf("  %-5zu %-8s %-6lld %-12lld %s\n", s, m.stages[s].device.c_str(),
-                static_cast<long long>(report.balance[s]),
-                static_cast<long long>(report.parameter_counts[s]), names.c_str());
-  }
+  PrintPlan(report);
   std::printf("wrote %s\n", output.c_str());
   if (!vm.count("verify")) return 0;
 
   gpipe::VerifyResult v = gpipe::VerifyArtifact(model, output, specs, tolerance);
   std::printf("verify: output max|diff| = %.3g, grad max|diff| = %.3g (%zu parameters, worst %s; "
-              "scaled by max(1, max|x|), tolerance %.3g) %s\n",
+              "scaled by max(1, max|x|), tolerance %.3g)",
               v.output_diff, v.grad_diff, v.parameters_compared,
-              v.worst_grad.empty() ? "-" : v.worst_grad.c_str(), tolerance, v.ok ? "OK" : "FAILED");
+              v.worst_grad.empty() ? "-" : v.worst_grad.c_str(), tolerance);
+  if (v.has_float64) {
+    std::printf("; error vs float64: pipeline %.3g, original %.3g", v.pipeline_error, v.original_error);
+  }
+  std::printf(" %s\n", v.ok ? "OK" : "FAILED");
   return v.ok ? 0 : gpipe::kExitError;
 }
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <cstdio>
 #include <iostream>
 
@@ -23,6 +25,18 @@ at::Tensor Loss(const std::string& kind, const at::Tensor& output, const at::Ten
   TORCH_CHECK(false, "unknown --loss '", kind, "'; use mse or sum");
 }
 
+void WriteFileAtomically(const std::string& path, const std::string& text) {
+  std::string temp = path + ".tmp";
+  {
+    std::ofstream out(temp, std::ios::trunc);
+    TORCH_CHECK(out, "cannot write '", temp, "'");
+    out << text;
+    out.flush();
+    TORCH_CHECK(out, "writing '", temp, "' failed (disk full?)");
+  }
+  std::filesystem::rename(temp, path);
+}
+
 std::string MiB(int64_t bytes) {
   char buffer[32];
   std::snprintf(buffer, sizeof buffer, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
@@ -38,7 +52,7 @@ void PrintMemory(size_t num_stages) {
 }
 
 int Main(int argc, char** argv) {
-  std::string artifact, sample_input, loss_kind, checkpoint, devices, save;
+  std::string artifact, sample_input, loss_kind, checkpoint, devices, save, trace;
   int64_t steps = 10, chunks = 0, seed = 0, threads = 0;
   double lr = 0.01;
   po::options_description opts(
@@ -59,6 +73,7 @@ int Main(int argc, char** argv) {
       ("seed", po::value(&seed)->default_value(0), "seed for inputs, target and dropout")
       ("threads", po::value(&threads)->default_value(0), "intra-op threads (0 = LibTorch's default)")
       ("save", po::value(&save), "after the last step, write the (trained) artifact here, atomically")
+      ("trace", po::value(&trace), "write a Chrome/Perfetto timeline of every task to this JSON file")
       ("report-memory", "print each stage's peak activation memory per step (counts CPU tensors "
        "the stage's tasks allocate)");
   po::positional_options_description positional;
@@ -90,6 +105,7 @@ int Main(int argc, char** argv) {
   double load_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
   pipe.train(train);
+  pipe.set_tracing(!trace.empty());
 
   torch::manual_seed(seed);
   std::vector<c10::IValue> inputs = gpipe::MakeSampleInputs(specs);
@@ -145,6 +161,10 @@ int Main(int argc, char** argv) {
                 rates.size() > 1 ? "2.." : "1");
   } else {
     std::printf("summary: %lld steps, median %.1f samples/s\n", static_cast<long long>(steps), median);
+  }
+  if (!trace.empty()) {
+    WriteFileAtomically(trace, gpipe::ChromeTraceJson(pipe.take_trace(), pipe.worker_names()));
+    std::printf("wrote trace %s (open in ui.perfetto.dev or chrome://tracing)\n", trace.c_str());
   }
   if (!save.empty()) {
     pipe.save(save);

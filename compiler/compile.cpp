@@ -4,6 +4,8 @@
 #include <sstream>
 
 #include "compiler/model_loader.h"
+#include "compiler/partition.h"
+#include "compiler/profiler.h"
 #include "compiler/stage_module.h"
 #include "passes/defer_batch_norm.h"
 #include "passes/partition_units.h"
@@ -25,18 +27,9 @@ ValueSource ToSource(const ValueRef& ref) {
 
 }  // namespace
 
-CompileReport CompileModel(const std::string& model_path, const std::string& output_path,
-                           const CompileOptions& options) {
-  TORCH_CHECK(options.chunks >= 1, "--chunks is ", options.chunks, "; it must be at least 1");
-  LoweredModel lowered = LowerModel(LoadModel(model_path));
-  std::vector<DeferredBatchNorm> deferred;
-  if (options.deferred_batch_norm) {
-    deferred = DeferBatchNorm(lowered.graph, lowered.attributes, lowered.num_inputs);
-  }
-  std::vector<PartitionUnit> units = FindPartitionUnits(lowered.graph);
-  StagePlan plan = options.split_before.empty()
-                       ? PlanStages(units, options.balance)
-                       : PlanSplitBefore(lowered.graph, options.split_before);
+BuiltPipeline BuildPipeline(const LoweredModel& lowered, const std::vector<PartitionUnit>& units,
+                            const StagePlan& plan, const std::vector<DeferredBatchNorm>& deferred,
+                            const CompileOptions& options, const std::string& model_path) {
   const size_t num_stages = plan.num_stages();
   std::vector<std::string> devices = options.devices;
   if (devices.empty()) devices.assign(num_stages, "cpu");
@@ -45,20 +38,17 @@ CompileReport CompileModel(const std::string& model_path, const std::string& out
   for (const auto& d : devices) ParseDevice(d);  // fail before the work, not at run time
 
   SplitResult split = SplitStages(lowered.graph, plan, lowered.num_inputs);
-
-  CompileReport report;
-  Manifest& manifest = report.manifest;
+  BuiltPipeline built;
+  Manifest& manifest = built.manifest;
   manifest.source_model = std::filesystem::path(model_path).filename().string();
   manifest.input_names = lowered.input_names;
   manifest.chunks = options.chunks;
   manifest.checkpoint = options.checkpoint;
   manifest.deferred_batch_norm = !deferred.empty();
   for (const auto& ref : split.model_outputs) manifest.outputs.push_back(ToSource(ref));
-
-  std::vector<ArtifactRecord> records;
   size_t unit = 0;
   for (size_t s = 0; s < num_stages; ++s) {
-    BuiltStage built = BuildStageModule(split.stages[s], lowered.attributes, s, deferred);
+    BuiltStage stage = BuildStageModule(split.stages[s], lowered.attributes, s, deferred);
     StageEntry entry;
     entry.file = "stage_" + std::to_string(s) + ".pt";
     entry.device = devices[s];
@@ -67,22 +57,86 @@ CompileReport CompileModel(const std::string& model_path, const std::string& out
     for (; unit < units.size() && units[unit].begin < end_node; ++unit, ++count) {
       entry.units.push_back(units[unit].name);
     }
-    report.balance.push_back(count);
+    built.balance.push_back(count);
     for (const auto& ref : split.stages[s].activation_inputs) entry.inputs.push_back(ToSource(ref));
     entry.num_outputs = static_cast<int64_t>(
         split.stages[s].graph->outputs()[0]->node()->inputs().size());
-    entry.uses_rng = built.uses_rng;
-    entry.parameters = built.parameters;
-    int64_t elements = 0;
-    for (const auto& p : built.module.parameters()) elements += p.numel();
-    report.parameter_counts.push_back(elements);
+    entry.uses_rng = stage.uses_rng;
+    entry.mutated_inputs = stage.mutated_inputs;
+    entry.parameters = stage.parameters;
+    int64_t elements = 0, bytes_of_parameters = 0;
+    for (const auto& p : stage.module.parameters()) {
+      elements += p.numel();
+      bytes_of_parameters += p.numel() * static_cast<int64_t>(p.element_size());
+    }
+    built.parameter_counts.push_back(elements);
+    built.parameter_bytes.push_back(bytes_of_parameters);
     std::ostringstream bytes;
-    built.module.save(bytes);
-    records.push_back({entry.file, bytes.str()});
+    stage.module.save(bytes);
+    built.records.push_back({entry.file, bytes.str()});
     manifest.stages.push_back(std::move(entry));
   }
-  for (const auto& u : units) report.unit_names.push_back(u.name);
-  WriteArtifact(output_path, manifest, records);
+  for (const auto& u : units) manifest.unit_names.push_back(u.name);
+  return built;
+}
+
+namespace {
+
+// Unit index of each --split-before cut (it must fall on a unit boundary).
+std::vector<size_t> ForcedUnitCuts(const LoweredModel& lowered, const std::vector<PartitionUnit>& units,
+                                   const std::vector<std::string>& names) {
+  std::vector<size_t> cuts;
+  if (names.empty()) return cuts;
+  StagePlan plan = PlanSplitBefore(lowered.graph, names);
+  for (size_t s = 1; s < plan.num_stages(); ++s) {
+    size_t u = 0;
+    while (u < units.size() && units[u].begin < plan.first_node[s]) ++u;
+    TORCH_CHECK(u < units.size() && units[u].begin == plan.first_node[s],
+                "--split-before cuts inside unit '", units[u == 0 ? 0 : u - 1].name,
+                "'; use a larger --unit-depth so that the cut falls between units");
+    cuts.push_back(u);
+  }
+  return cuts;
+}
+
+}  // namespace
+
+CompileReport CompileModel(const std::string& model_path, const std::string& output_path,
+                           const CompileOptions& options) {
+  TORCH_CHECK(options.chunks >= 1, "--chunks is ", options.chunks, "; it must be at least 1");
+  LoweredModel lowered = LowerModel(LoadModel(model_path));
+  std::vector<DeferredBatchNorm> deferred;
+  if (options.deferred_batch_norm) {
+    deferred = DeferBatchNorm(lowered.graph, lowered.attributes, lowered.num_inputs);
+  }
+  std::vector<PartitionUnit> units = FindPartitionUnits(lowered.graph, options.unit_depth);
+
+  CompileReport report;
+  StagePlan plan;
+  if (options.balance_by) {
+    TORCH_CHECK(options.balance.balance.empty(), "give either --balance or --balance-by, not both");
+    UnitProfile profile = ProfileUnits(lowered, units, deferred, options, model_path, output_path);
+    report.unit_costs = options.balance_by == BalanceBy::Time ? profile.time_ms : profile.bytes;
+    std::vector<size_t> forced = ForcedUnitCuts(lowered, units, options.split_before);
+    auto num_stages = static_cast<size_t>(std::max<int64_t>(options.balance.num_stages, 1));
+    for (size_t start : OptimalPartition(report.unit_costs, num_stages, forced)) {
+      plan.first_node.push_back(start == 0 ? 0 : units[start].begin);
+    }
+  } else if (!options.split_before.empty()) {
+    plan = PlanSplitBefore(lowered.graph, options.split_before);
+  } else {
+    plan = PlanStages(units, options.balance);
+  }
+  BuiltPipeline built = BuildPipeline(lowered, units, plan, deferred, options, model_path);
+  built.manifest.balance_method = !options.balance_by                ? (options.split_before.empty() ? "units" : "split-before")
+                                  : options.balance_by == BalanceBy::Time ? "time"
+                                                                          : "size";
+  built.manifest.unit_costs = report.unit_costs;
+  WriteArtifact(output_path, built.manifest, built.records);
+  report.manifest = std::move(built.manifest);
+  report.unit_names = report.manifest.unit_names;
+  report.balance = std::move(built.balance);
+  report.parameter_counts = std::move(built.parameter_counts);
   return report;
 }
 

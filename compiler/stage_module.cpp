@@ -4,6 +4,7 @@
 #include <cctype>
 
 #include <torch/csrc/jit/api/compilation_unit.h>
+#include <torch/csrc/jit/ir/alias_analysis.h>
 
 namespace gpipe {
 namespace {
@@ -68,6 +69,14 @@ BuiltStage BuildStageModule(const StageGraph& stage, const std::vector<LiftedAtt
       c10::QualifiedName("__torch__.gpipe.Stage" + std::to_string(stage_index)), cu);
   torch::jit::Module& m = built.module;
 
+  {
+    // An in-place op on a stage input (torchvision's ReLU(inplace=True) right
+    // after a cut) must not write to the autograd leaf the runtime made.
+    torch::jit::AliasDb aliases(stage.graph);
+    for (size_t k = 0; k < stage.activation_inputs.size(); ++k) {
+      if (aliases.hasWriters(stage.graph->inputs()[k])) built.mutated_inputs.push_back(static_cast<int64_t>(k));
+    }
+  }
   auto graph = stage.graph->copy();
   torch::jit::Value* self = graph->insertInput(0, "self")->setType(m._ivalue()->type());
   const size_t first_attribute = 1 + stage.activation_inputs.size();

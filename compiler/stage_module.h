@@ -15,6 +15,7 @@ struct BuiltStage {
   torch::jit::Module module;
   std::vector<ParameterEntry> parameters;
   bool uses_rng = false;
+  std::vector<int64_t> mutated_inputs;  // forward arguments the stage writes to in place
 };
 
 // Wraps a stage graph in a saveable TorchScript module that owns exactly the

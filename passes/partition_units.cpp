@@ -30,9 +30,12 @@ std::vector<std::string> ModulePathParts(const torch::jit::Node* node) {
   return parts;
 }
 
-std::string TopModuleOf(const torch::jit::Node* node) {
+// The first `depth` levels of the node's module path ("layer1.0" at depth 2).
+std::string ModulePrefixOf(const torch::jit::Node* node, size_t depth) {
+  std::string prefix;
   auto parts = ModulePathParts(node);
-  return parts.empty() ? std::string() : parts.front();
+  for (size_t k = 0; k < parts.size() && k < depth; ++k) prefix += (k ? "." : "") + parts[k];
+  return prefix;
 }
 
 }  // namespace
@@ -50,14 +53,16 @@ bool OutputsUnused(const torch::jit::Node* node) {
   return true;
 }
 
-std::vector<PartitionUnit> FindPartitionUnits(const std::shared_ptr<torch::jit::Graph>& graph) {
+std::vector<PartitionUnit> FindPartitionUnits(const std::shared_ptr<torch::jit::Graph>& graph,
+                                              size_t depth) {
+  TORCH_CHECK(depth >= 1, "--unit-depth must be at least 1");
   std::vector<PartitionUnit> units;
   size_t pending = SIZE_MAX;  // first root node waiting for the unit it feeds
   size_t index = 0;
   for (const torch::jit::Node* node : graph->nodes()) {
     size_t i = index++;
     if (node->kind() == c10::prim::Constant) continue;
-    std::string owner = TopModuleOf(node);
+    std::string owner = ModulePrefixOf(node, depth);
     if (owner.empty()) {
       // Root-module nodes feed what follows (torch.cat of a skip, flatten
       // before fc); a node whose outputs nobody uses (a check that raises)

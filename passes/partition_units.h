@@ -23,7 +23,12 @@ struct PartitionUnit {
 // it feeds, the next one (torch.cat of a skip joins the decoder block); one
 // whose outputs are unused (a check that raises) joins the unit before it;
 // trailing root nodes join the last unit. Pure analysis: the graph is unchanged.
-std::vector<PartitionUnit> FindPartitionUnits(const std::shared_ptr<torch::jit::Graph>& graph);
+//
+// `depth` selects the level of the module hierarchy: 1 = children of the root
+// ("layer1"), 2 = their children ("layer1.0"), and so on; a node whose module
+// path is shorter belongs to its full path's unit.
+std::vector<PartitionUnit> FindPartitionUnits(const std::shared_ptr<torch::jit::Graph>& graph,
+                                              size_t depth = 1);
 
 // The submodule path of a node: "layer1.0.conv1" for a node inlined from
 // self.layer1[0].conv1.forward, "" for the root module's own nodes.

@@ -34,6 +34,12 @@ T Field(const json& object, const char* key, const std::string& where) {
   }
 }
 
+// For fields added after format_version 1 was first written: absent = `fallback`.
+template <typename T>
+T OptionalField(const json& object, const char* key, const std::string& where, T fallback) {
+  return object.contains(key) ? Field<T>(object, key, where) : fallback;
+}
+
 const json& ArrayField(const json& object, const char* key, const std::string& where) {
   TORCH_CHECK(object.is_object(), "manifest: ", where, " must be a JSON object");
   auto it = object.find(key);
@@ -103,6 +109,7 @@ std::string ManifestToJson(const Manifest& m) {
     }
     stages.push_back({{"file", s.file}, {"device", s.device}, {"units", s.units},
                       {"inputs", inputs}, {"num_outputs", s.num_outputs}, {"uses_rng", s.uses_rng},
+                      {"mutated_inputs", s.mutated_inputs},
                       {"parameters", params}});
   }
   json outputs = json::array();
@@ -115,6 +122,7 @@ std::string ManifestToJson(const Manifest& m) {
             {"chunks", m.chunks},
             {"checkpoint", ToString(m.checkpoint)},
             {"deferred_batch_norm", m.deferred_batch_norm},
+            {"balance", {{"method", m.balance_method}, {"units", m.unit_names}, {"unit_costs", m.unit_costs}}},
             {"stages", stages}};
   return j.dump(2) + "\n";
 }
@@ -141,7 +149,15 @@ Manifest ParseManifest(const std::string& text) {
   }
   m.chunks = Field<int64_t>(j, "chunks", "the manifest");
   m.checkpoint = ParseCheckpointMode(Field<std::string>(j, "checkpoint", "the manifest"));
-  m.deferred_batch_norm = Field<bool>(j, "deferred_batch_norm", "the manifest");
+  m.deferred_batch_norm = OptionalField<bool>(j, "deferred_batch_norm", "the manifest", false);
+  if (j.contains("balance")) {
+    const json& b = j["balance"];
+    m.balance_method = Field<std::string>(b, "method", "the manifest's balance");
+    m.unit_names = Field<std::vector<std::string>>(b, "units", "the manifest's balance");
+    m.unit_costs = Field<std::vector<double>>(b, "unit_costs", "the manifest's balance");
+    TORCH_CHECK(m.unit_costs.empty() || m.unit_costs.size() == m.unit_names.size(), "manifest: ",
+                m.unit_costs.size(), " unit costs for ", m.unit_names.size(), " units");
+  }
   const json& stages = ArrayField(j, "stages", "the manifest");
   for (size_t s = 0; s < stages.size(); ++s) {
     std::string where = "stage " + std::to_string(s);
@@ -155,6 +171,7 @@ Manifest ParseManifest(const std::string& text) {
     }
     st.num_outputs = Field<int64_t>(js, "num_outputs", where);
     st.uses_rng = Field<bool>(js, "uses_rng", where);
+    st.mutated_inputs = OptionalField<std::vector<int64_t>>(js, "mutated_inputs", where, {});
     for (const auto& p : ArrayField(js, "parameters", where)) {
       ParameterEntry e;
       e.name = Field<std::string>(p, "name", "a parameter of " + where);
@@ -183,6 +200,10 @@ void ValidateManifest(const Manifest& m) {
                 "', which is not a plain file name inside the artifact");
     TORCH_CHECK(st.num_outputs >= 0, "manifest: ", where, " has a negative output count");
     for (const auto& v : st.inputs) CheckSource(v, m, s, "an input of " + where);
+    for (int64_t k : st.mutated_inputs) {
+      TORCH_CHECK(k >= 0 && k < static_cast<int64_t>(st.inputs.size()), "manifest: ", where,
+                  " lists mutated input ", k, " but has ", st.inputs.size(), " inputs");
+    }
     for (const auto& p : st.parameters) {
       TORCH_CHECK(IsIdentifier(p.name), "manifest: parameter name '", p.name, "' of ", where,
                   " is not an identifier");

@@ -35,6 +35,7 @@ struct StageEntry {
   std::vector<ValueSource> inputs;
   int64_t num_outputs = 0;
   bool uses_rng = false;  // has a nondeterministic op: takes turns on the shared generator
+  std::vector<int64_t> mutated_inputs;  // inputs the stage writes to in place: passed as copies
   std::vector<ParameterEntry> parameters;
 };
 
@@ -47,6 +48,12 @@ struct Manifest {
   CheckpointMode checkpoint = CheckpointMode::ExceptLast;
   bool deferred_batch_norm = false;  // stages commit batch-norm statistics once per mini-batch
   std::vector<StageEntry> stages;
+  // How the cuts were chosen: "units" (--stages/--balance), "split-before",
+  // "time" or "size" (profiled), with every unit's name and, when profiled,
+  // its cost (ms or bytes), so that gpipe-inspect can show why a cut is where it is.
+  std::string balance_method = "units";
+  std::vector<std::string> unit_names;
+  std::vector<double> unit_costs;
 };
 
 std::string ManifestToJson(const Manifest& manifest);

@@ -82,6 +82,7 @@ Pipeline Pipeline::load(const std::string& path, const PipelineOptions& options)
     stage.inputs = entry.inputs;
     stage.num_outputs = entry.num_outputs;
     stage.uses_rng = entry.uses_rng;
+    stage.mutated_inputs = entry.mutated_inputs;
     stage.parameters = entry.parameters;
     stage.commits_batch_norm = stage.module.find_method(kCommitBatchNormMethod).has_value();
     core->stages.push_back(std::move(stage));
@@ -193,6 +194,14 @@ void Pipeline::save(const std::string& path) const {
     records.push_back({manifest.stages[s].file, bytes.str()});
   }
   WriteArtifact(path, manifest, records);
+}
+
+void Pipeline::set_tracing(bool on) { core_->trace.set_enabled(on); }
+std::vector<TaskRecord> Pipeline::take_trace() { return core_->trace.Take(); }
+std::vector<std::string> Pipeline::worker_names() const {
+  std::vector<std::string> names;
+  for (const auto& w : core_->workers) names.push_back(w->name());
+  return names;
 }
 
 size_t Pipeline::num_stages() const { return core_->stages.size(); }

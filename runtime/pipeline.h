@@ -11,6 +11,7 @@
 
 #include "runtime/checkpoint_mode.h"
 #include "runtime/manifest.h"
+#include "runtime/task_trace.h"
 
 namespace gpipe {
 
@@ -46,6 +47,11 @@ class Pipeline {
 
   // Writes the current weights as an artifact, atomically (see WriteArtifact).
   void save(const std::string& path) const;
+
+  // Task timing (see TaskTrace): off by default.
+  void set_tracing(bool on);
+  std::vector<TaskRecord> take_trace();
+  std::vector<std::string> worker_names() const;
 
   size_t num_stages() const;
   int64_t chunks() const;

@@ -8,6 +8,7 @@
 #include "runtime/manifest.h"
 #include "runtime/rng_turnstile.h"
 #include "runtime/stage.h"
+#include "runtime/task_trace.h"
 #include "runtime/worker.h"
 
 namespace gpipe {
@@ -21,6 +22,7 @@ struct PipelineCore {
   std::vector<std::unique_ptr<Worker>> workers;
   std::vector<size_t> worker_of_stage;
   RngTurnstile turnstile;
+  TaskTrace trace;
   std::mutex run_mutex;  // one forward or backward schedule at a time
   int64_t chunks = 1;
   CheckpointMode checkpoint = CheckpointMode::ExceptLast;

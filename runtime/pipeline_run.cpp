@@ -73,11 +73,20 @@ void PipelineRun::Schedule(const std::vector<std::vector<Task>>& clocks, bool fo
       auto& worker = *core_->workers[core_->worker_of_stage[t.stage]];
       done.push_back(worker.Submit([this, t, ticket, forward] {
         MemoryTracker::StageScope memory(t.stage);
+        TaskRecord record{t.stage, t.micro_batch,
+                          forward ? TaskRecord::Phase::Forward : TaskRecord::Phase::Backward,
+                          core_->worker_of_stage[t.stage], 0, 0};
+        const bool tracing = core_->trace.enabled();
+        if (tracing) record.start_ns = TaskTrace::NowNs();
         try {
           if (forward) {
             RunForwardTask(t.micro_batch, t.stage, ticket);
           } else {
             RunBackwardTask(t.micro_batch, t.stage, ticket);
+          }
+          if (tracing) {
+            record.end_ns = TaskTrace::NowNs();
+            core_->trace.Record(record);
           }
         } catch (const std::exception& e) {
           throw PipelineError(t.stage, t.micro_batch, forward ? "forward" : "backward", e);
@@ -145,7 +154,12 @@ void PipelineRun::RunBackwardTask(size_t i, size_t j, uint64_t ticket) {
       }
       RecomputeScope recompute;
       at::AutoGradMode grad_mode(true);
+      int64_t start = core_->trace.enabled() ? TaskTrace::NowNs() : 0;
       slot.outputs = stage.Run(slot.inputs);
+      if (start != 0) {
+        core_->trace.Record({j, i, TaskRecord::Phase::Recompute, core_->worker_of_stage[j], start,
+                             TaskTrace::NowNs()});
+      }
       if (stage.uses_rng) RestoreRngState(current);
     }
     std::vector<at::Tensor> outs, grads;

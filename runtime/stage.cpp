@@ -5,6 +5,10 @@
 namespace gpipe {
 
 std::vector<c10::IValue> Stage::Run(std::vector<c10::IValue> inputs) {
+  for (int64_t k : mutated_inputs) {
+    auto& v = inputs.at(static_cast<size_t>(k));
+    if (v.isTensor() && v.toTensor().defined()) v = v.toTensor().clone();
+  }
   c10::IValue out = module.forward(std::move(inputs));
   TORCH_INTERNAL_ASSERT(out.isTuple(), "stage ", index, " must return a tuple");
   auto elements = out.toTupleRef().elements().vec();

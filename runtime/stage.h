@@ -21,8 +21,11 @@ struct Stage {
   bool uses_rng = false;  // contains a nondeterministic op (dropout, ...)
   std::vector<ParameterEntry> parameters;
   bool commits_batch_norm = false;  // has kCommitBatchNormMethod (deferred batch norm)
+  std::vector<int64_t> mutated_inputs;  // written in place by forward: Run passes copies
 
   // Runs forward on one micro-batch; returns exactly num_outputs values.
+  // Inputs listed in mutated_inputs are copied first, so that the caller's
+  // tensors (autograd leaves, values kept for a recompute) stay as they were.
   std::vector<c10::IValue> Run(std::vector<c10::IValue> inputs);
 };
 

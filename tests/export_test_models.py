@@ -75,6 +75,10 @@ def main() -> None:
     seq = nn.Sequential(nn.Linear(4, 6), Branchy(), nn.Linear(6, 3))
     torch.jit.script(seq).save(os.path.join(args.dir, "branchy.pt"))
     torch.jit.script(MultiIO()).save(os.path.join(args.dir, "multi_io.pt"))
+    # The first layer holds ~91% of the parameters.
+    big_first = nn.Sequential(nn.Linear(100, 400), nn.ReLU(), nn.Linear(400, 10), nn.ReLU(),
+                              nn.Linear(10, 10), nn.ReLU(), nn.Linear(10, 10))
+    torch.jit.script(big_first).save(os.path.join(args.dir, "big_first.pt"))
     conv_bn = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(),
                             nn.Flatten(), nn.Linear(4 * 6 * 6, 5))
     torch.jit.script(conv_bn).save(os.path.join(args.dir, "conv_bn.pt"))

@@ -27,7 +27,7 @@ TEST(Cli, CompileVerifyTrainSaveAndRunTheTrainedArtifact) {
   ASSERT_EQ(compiled.exit_code, 0) << compiled.output;
   EXPECT_OUTPUT_HAS(compiled, "9 units -> 4 stages");
   EXPECT_OUTPUT_HAS(compiled, "verify: output max|diff| = ");
-  EXPECT_OUTPUT_HAS(compiled, ") OK");
+  EXPECT_OUTPUT_HAS(compiled, " OK\n");
 
   auto trained = RunCli("gpipe-run", dir.path("m.gpipe") + " --sample-input 12x16 --train --steps 3 --lr 0.05 --save " +
                                          dir.path("trained.gpipe"));

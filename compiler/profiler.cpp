@@ -1,0 +1,91 @@
+#include "compiler/profiler.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include <torch/torch.h>
+
+#include "runtime/memory_tracker.h"
+#include "runtime/pipeline.h"
+
+namespace gpipe {
+namespace {
+
+double Median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values.empty() ? 0.0 : values[values.size() / 2];
+}
+
+// Removes the temporary artifact however profiling ends.
+struct TempFile {
+  std::string path;
+  ~TempFile() {
+    std::error_code ignored;
+    std::filesystem::remove(path, ignored);
+  }
+};
+
+}  // namespace
+
+UnitProfile ProfileUnits(const LoweredModel& lowered, const std::vector<PartitionUnit>& units,
+                         const std::vector<DeferredBatchNorm>& deferred, const CompileOptions& options,
+                         const std::string& model_path, const std::string& output_path) {
+  TORCH_CHECK(!options.sample_inputs.empty(), "--balance-by needs --sample-input to profile on");
+  TORCH_CHECK(options.profile_steps >= 1, "--profile-steps must be at least 1");
+  const size_t n = units.size();
+  StagePlan one_per_unit;
+  for (const auto& u : units) one_per_unit.first_node.push_back(u.begin);
+  CompileOptions profiling = options;
+  profiling.chunks = 1;
+  profiling.checkpoint = CheckpointMode::Never;
+  profiling.devices.clear();
+  BuiltPipeline built = BuildPipeline(lowered, units, one_per_unit, deferred, profiling, model_path);
+  std::filesystem::path out = std::filesystem::absolute(output_path);
+  TempFile temp{(out.parent_path() / ("." + out.filename().string() + ".profile.tmp")).string()};
+  WriteArtifact(temp.path, built.manifest, built.records);
+  Pipeline pipe = Pipeline::load(temp.path);
+
+  MemoryTracker::Enable();
+  pipe.train();
+  pipe.set_tracing(true);
+  torch::manual_seed(0);
+  std::vector<c10::IValue> inputs = MakeSampleInputs(options.sample_inputs);
+  const size_t steps = static_cast<size_t>(options.profile_steps) + 1;  // + warm-up
+  std::vector<std::vector<double>> forward(n), backward(n), kept(n);
+  for (size_t step = 0; step < steps; ++step) {
+    for (auto& p : pipe.parameters()) p.mutable_grad() = at::Tensor();
+    auto before = MemoryTracker::CurrentBytes(n);
+    std::vector<at::Tensor> outputs = pipe.forward(inputs);
+    auto after = MemoryTracker::CurrentBytes(n);
+    at::Tensor loss = torch::zeros({});
+    for (const auto& o : outputs) {
+      if (at::isFloatingType(o.scalar_type())) loss = loss + o.sum();
+    }
+    loss.backward();
+    auto records = pipe.take_trace();
+    if (step > 0) {
+      for (const auto& r : records) {
+        double ms = static_cast<double>(r.end_ns - r.start_ns) / 1e6;
+        (r.phase == TaskRecord::Phase::Forward ? forward : backward)[r.stage].push_back(ms);
+      }
+      for (size_t u = 0; u < n; ++u) kept[u].push_back(static_cast<double>(after[u] - before[u]));
+    }
+    if (options.progress) options.progress(step + 1, steps);
+  }
+  pipe.set_tracing(false);
+
+  UnitProfile profile;
+  const double state_copies = options.adam ? 4.0 : 2.0;  // weights + grads (+ Adam's two moments)
+  const auto& stage_params = built.parameter_bytes;
+  for (size_t u = 0; u < n; ++u) {
+    profile.forward_ms.push_back(Median(forward[u]));
+    profile.backward_ms.push_back(Median(backward[u]));
+    profile.time_ms.push_back(profile.forward_ms[u] + profile.backward_ms[u]);
+    profile.parameter_bytes.push_back(static_cast<double>(stage_params[u]));
+    profile.activation_bytes.push_back(std::max(0.0, Median(kept[u])));
+    profile.bytes.push_back(profile.parameter_bytes[u] * state_copies + profile.activation_bytes[u]);
+  }
+  return profile;
+}
+
+}  // namespace gpipe
