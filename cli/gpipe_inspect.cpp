@@ -1,6 +1,8 @@
 // gpipe-inspect: print an artifact's stage table and skip routes.
 
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <sstream>
 
@@ -35,8 +37,60 @@ std::string Bytes(int64_t n) {
   return buffer;
 }
 
+// Per-stage sums of the recorded unit costs (empty if the plan was not profiled).
+std::vector<double> StageCosts(const gpipe::Manifest& m) {
+  std::vector<double> costs;
+  if (m.unit_costs.empty()) return costs;
+  size_t unit = 0;
+  for (const auto& st : m.stages) {
+    double c = 0;
+    for (size_t k = 0; k < st.units.size() && unit < m.unit_costs.size(); ++k) c += m.unit_costs[unit++];
+    costs.push_back(c);
+  }
+  return costs;
+}
+
+std::string CostText(const gpipe::Manifest& m, double cost) {
+  char buffer[32];
+  if (m.balance_method == "time") std::snprintf(buffer, sizeof buffer, "%.2f ms", cost);
+  else std::snprintf(buffer, sizeof buffer, "%.1f MiB", cost / (1 << 20));
+  return buffer;
+}
+
+void WriteText(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::trunc);
+  TORCH_CHECK(out, "cannot write '", path, "'");
+  out << text;
+  TORCH_CHECK(out.flush(), "writing '", path, "' failed");
+}
+
+std::string PlanDot(const gpipe::Manifest& m, const std::vector<double>& stage_costs) {
+  std::ostringstream dot;
+  dot << "digraph plan {\n  rankdir=LR;\n  node [shape=box, style=rounded, fontname=\"Helvetica\"];\n";
+  dot << "  input [shape=oval, label=\"input\"];\n  output [shape=oval, label=\"output\"];\n";
+  for (size_t s = 0; s < m.stages.size(); ++s) {
+    const auto& st = m.stages[s];
+    std::string units = st.units.empty() ? "" : st.units.front() + (st.units.size() > 1 ? " .. " + st.units.back() : "");
+    dot << "  s" << s << " [label=\"stage " << s << " (" << st.device << ")\\n" << st.units.size()
+        << " units: " << units;
+    if (!stage_costs.empty()) dot << "\\n" << CostText(m, stage_costs[s]);
+    dot << "\"];\n";
+  }
+  auto edge = [&](const gpipe::ValueSource& v, const std::string& to, int64_t consumer) {
+    std::string from = v.origin == gpipe::ValueSource::Origin::ModelInput ? "input" : "s" + std::to_string(v.stage);
+    bool skip = v.origin == gpipe::ValueSource::Origin::StageOutput && v.stage + 1 < consumer;
+    dot << "  " << from << " -> " << to << (skip ? " [style=dashed, color=blue, label=\"skip\"]" : "") << ";\n";
+  };
+  for (size_t s = 0; s < m.stages.size(); ++s) {
+    for (const auto& v : m.stages[s].inputs) edge(v, "s" + std::to_string(s), static_cast<int64_t>(s));
+  }
+  for (const auto& v : m.outputs) edge(v, "output", static_cast<int64_t>(m.stages.size()));
+  dot << "}\n";
+  return dot.str();
+}
+
 int Main(int argc, char** argv) {
-  std::string artifact, sample_input;
+  std::string artifact, sample_input, dot_path, svg_path;
   po::options_description opts(
       "Usage: gpipe-inspect ART.gpipe [--sample-input SHAPE]\n"
       "Prints the stages of a pipelined artifact (device, nodes, parameters, inputs,\n"
@@ -45,7 +99,10 @@ int Main(int argc, char** argv) {
   opts.add_options()
       ("help,h", "print this help and exit")
       ("artifact", po::value(&artifact), "artifact written by gpipe-compile (positional)")
-      ("sample-input", po::value(&sample_input), "input shape(s) to show tensor shapes, e.g. 64x512");
+      ("sample-input", po::value(&sample_input), "input shape(s) to show tensor shapes, e.g. 64x512")
+      ("dot", po::value(&dot_path), "write the plan as a Graphviz graph: stages, their costs, and the "
+       "values between them (skip routes dashed)")
+      ("svg", po::value(&svg_path), "also render it to SVG with Graphviz's dot (Debian package graphviz)");
   po::positional_options_description positional;
   positional.add("artifact", 1);
   po::variables_map vm;
@@ -56,6 +113,7 @@ int Main(int argc, char** argv) {
   }
   po::notify(vm);
   if (artifact.empty()) throw po::error("the artifact file is missing");
+  if (!svg_path.empty() && dot_path.empty()) dot_path = svg_path + ".dot";
 
   gpipe::ArtifactReader reader(artifact);
   const gpipe::Manifest& m = reader.manifest();
@@ -87,6 +145,7 @@ int Main(int argc, char** argv) {
                                                                              : outputs[v.stage].at(v.index));
   };
 
+  std::vector<double> stage_costs = StageCosts(m);
   std::printf("%s: format %lld, from %s, %zu stages, chunks %lld, checkpoint %s\n", artifact.c_str(),
               static_cast<long long>(m.format_version), m.source_model.c_str(), m.stages.size(),
               static_cast<long long>(m.chunks), gpipe::ToString(m.checkpoint).c_str());
@@ -101,9 +160,11 @@ int Main(int argc, char** argv) {
     for (auto* n : modules[s].get_method("forward").graph()->nodes()) nodes += n->kind() != c10::prim::Constant;
     std::string units;
     for (const auto& u : st.units) units += (units.empty() ? "" : ",") + u;
-    std::printf("stage %zu  device %s  nodes %zu  parameters %lld (%s)%s  units %s\n", s, st.device.c_str(),
+    std::string cost;
+    if (!stage_costs.empty()) cost = "  cost " + CostText(m, stage_costs[s]);
+    std::printf("stage %zu  device %s  nodes %zu  parameters %lld (%s)%s%s  units %s\n", s, st.device.c_str(),
                 nodes, static_cast<long long>(elements), Bytes(bytes).c_str(), st.uses_rng ? "  random" : "",
-                units.c_str());
+                cost.c_str(), units.c_str());
     for (size_t k = 0; k < st.inputs.size(); ++k) {
       std::printf("  in  %zu <- %s%s\n", k, SourceName(st.inputs[k]).c_str(), shape_of(st.inputs[k]).c_str());
     }
@@ -124,6 +185,21 @@ int Main(int argc, char** argv) {
     }
   }
   if (routes == 0) std::printf("  none\n");
+  if (!stage_costs.empty()) {
+    std::printf("balanced by %s over %zu units at the costs the manifest records\n",
+                m.balance_method.c_str(), m.unit_names.size());
+  }
+  if (!dot_path.empty()) {
+    WriteText(dot_path, PlanDot(m, stage_costs));
+    std::printf("wrote %s\n", dot_path.c_str());
+  }
+  if (!svg_path.empty()) {
+    std::string command = "dot -Tsvg '" + dot_path + "' -o '" + svg_path + "'";
+    TORCH_CHECK(std::system("command -v dot >/dev/null 2>&1") == 0,
+                "--svg needs Graphviz's dot; install the Debian package graphviz, or use --dot alone");
+    TORCH_CHECK(std::system(command.c_str()) == 0, "dot failed to render ", dot_path);
+    std::printf("wrote %s\n", svg_path.c_str());
+  }
   return 0;
 }
 

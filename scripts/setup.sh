@@ -10,7 +10,7 @@ PACKAGES=(
   libopenblas0-pthread                             # 35x faster GEMM than the reference BLAS
   libgloo-dev                                      # c10d Gloo headers (multi-process stages)
   libboost-program-options-dev nlohmann-json3-dev libgtest-dev
-  unzip
+  unzip graphviz                                   # gpipe-inspect --svg
 )
 missing=()
 for p in "${PACKAGES[@]}"; do
