@@ -28,6 +28,23 @@ inline int RunCli(const char* program, const std::function<int()>& body) {
   }
 }
 
+// Parses a command line whose one positional argument is `positional_name`.
+// Returns false after printing the help for --help (the caller exits 0);
+// program_options errors propagate to RunCli.
+inline bool ParseCommandLine(int argc, char** argv, const boost::program_options::options_description& opts,
+                             const char* positional_name, boost::program_options::variables_map& vm) {
+  namespace po = boost::program_options;
+  po::positional_options_description positional;
+  positional.add(positional_name, 1);
+  po::store(po::command_line_parser(argc, argv).options(opts).positional(positional).run(), vm);
+  if (vm.count("help")) {
+    std::cout << opts << "\n";
+    return false;
+  }
+  po::notify(vm);
+  return true;
+}
+
 inline std::vector<std::string> SplitList(const std::string& text) {
   std::vector<std::string> out;
   std::string item;

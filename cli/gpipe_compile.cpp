@@ -98,15 +98,8 @@ int Main(int argc, char** argv) {
       ("verify", "after writing, compare outputs and gradients with the original model")
       ("sample-input", po::value(&sample_input), "input shape(s) for --verify, e.g. 64x512 or 8x128:int64:1000")
       ("tolerance", po::value(&tolerance)->default_value(1e-5), "--verify: largest allowed scaled difference");
-  po::positional_options_description positional;
-  positional.add("model", 1);
   po::variables_map vm;
-  po::store(po::command_line_parser(argc, argv).options(opts).positional(positional).run(), vm);
-  if (vm.count("help")) {
-    std::cout << opts << "\n";
-    return 0;
-  }
-  po::notify(vm);
+  if (!gpipe::ParseCommandLine(argc, argv, opts, "model", vm)) return 0;
   if (model.empty()) throw po::error("the model file is missing");
   if (output.empty()) throw po::error("-o/--output is required");
   if (vm.count("verify") && sample_input.empty()) throw po::error("--verify needs --sample-input");

@@ -103,15 +103,8 @@ int Main(int argc, char** argv) {
       ("dot", po::value(&dot_path), "write the plan as a Graphviz graph: stages, their costs, and the "
        "values between them (skip routes dashed)")
       ("svg", po::value(&svg_path), "also render it to SVG with Graphviz's dot (Debian package graphviz)");
-  po::positional_options_description positional;
-  positional.add("artifact", 1);
   po::variables_map vm;
-  po::store(po::command_line_parser(argc, argv).options(opts).positional(positional).run(), vm);
-  if (vm.count("help")) {
-    std::cout << opts << "\n";
-    return 0;
-  }
-  po::notify(vm);
+  if (!gpipe::ParseCommandLine(argc, argv, opts, "artifact", vm)) return 0;
   if (artifact.empty()) throw po::error("the artifact file is missing");
   if (!svg_path.empty() && dot_path.empty()) dot_path = svg_path + ".dot";
 

@@ -76,15 +76,8 @@ int Main(int argc, char** argv) {
       ("trace", po::value(&trace), "write a Chrome/Perfetto timeline of every task to this JSON file")
       ("report-memory", "print each stage's peak activation memory per step (counts CPU tensors "
        "the stage's tasks allocate)");
-  po::positional_options_description positional;
-  positional.add("artifact", 1);
   po::variables_map vm;
-  po::store(po::command_line_parser(argc, argv).options(opts).positional(positional).run(), vm);
-  if (vm.count("help")) {
-    std::cout << opts << "\n";
-    return 0;
-  }
-  po::notify(vm);
+  if (!gpipe::ParseCommandLine(argc, argv, opts, "artifact", vm)) return 0;
   if (artifact.empty()) throw po::error("the artifact file is missing");
   if (sample_input.empty()) throw po::error("--sample-input is required");
   if (steps < 1) throw po::error("--steps must be at least 1");

@@ -39,12 +39,19 @@ inline std::shared_ptr<torch::jit::Graph> InlinedForward(const torch::jit::Modul
 
 }  // namespace gpipe::testing
 
+#include <torch/csrc/jit/ir/irparser.h>
 #include <torch/csrc/jit/passes/inliner.h>
 
 namespace gpipe::testing {
 inline std::shared_ptr<torch::jit::Graph> InlinedForward(const torch::jit::Module& m) {
   auto graph = m.get_method("forward").graph()->copy();
   torch::jit::Inline(*graph);
+  return graph;
+}
+
+inline std::shared_ptr<torch::jit::Graph> ParseGraph(const std::string& ir) {
+  auto graph = std::make_shared<torch::jit::Graph>();
+  torch::jit::parseIR(ir, graph.get());
   return graph;
 }
 }  // namespace gpipe::testing

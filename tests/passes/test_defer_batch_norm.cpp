@@ -4,17 +4,14 @@
 #include <torch/torch.h>
 
 #include "passes/defer_batch_norm.h"
+#include "tests/passes/module_builders.h"
 
 namespace gpipe {
 namespace {
 
 using torch::jit::testing::FileCheck;
 
-std::shared_ptr<torch::jit::Graph> Parse(const std::string& ir) {
-  auto graph = std::make_shared<torch::jit::Graph>();
-  torch::jit::parseIR(ir, graph.get());
-  return graph;
-}
+auto Parse = testing::ParseGraph;
 
 std::vector<LiftedAttribute> BatchNormAttributes() {
   using K = LiftedAttribute::Kind;

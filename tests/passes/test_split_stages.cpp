@@ -3,17 +3,14 @@
 #include <torch/csrc/jit/testing/file_check.h>
 
 #include "passes/split_stages.h"
+#include "tests/passes/module_builders.h"
 
 namespace gpipe {
 namespace {
 
 using torch::jit::testing::FileCheck;
 
-std::shared_ptr<torch::jit::Graph> Parse(const std::string& ir) {
-  auto graph = std::make_shared<torch::jit::Graph>();
-  torch::jit::parseIR(ir, graph.get());
-  return graph;
-}
+auto Parse = testing::ParseGraph;
 
 ValueRef FromStage(size_t stage, size_t index) { return {ValueRef::Origin::StageOutput, stage, index}; }
 ValueRef FromInput(size_t index) { return {ValueRef::Origin::ModelInput, 0, index}; }
