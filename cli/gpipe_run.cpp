@@ -53,7 +53,7 @@ void PrintMemory(size_t num_stages) {
 
 int Main(int argc, char** argv) {
   std::string artifact, sample_input, loss_kind, checkpoint, devices, save, trace;
-  int64_t steps = 10, chunks = 0, seed = 0, threads = 0;
+  int64_t steps = 10, chunks = 0, seed = 0, threads = 0, threads_per_stage = 0;
   double lr = 0.01;
   po::options_description opts(
       "Usage: gpipe-run ART.gpipe --sample-input SHAPE [options]\n"
@@ -71,7 +71,10 @@ int Main(int argc, char** argv) {
       ("checkpoint", po::value(&checkpoint), "always, except_last or never (default: as compiled)")
       ("devices", po::value(&devices), "one device per stage (default: as compiled)")
       ("seed", po::value(&seed)->default_value(0), "seed for inputs, target and dropout")
-      ("threads", po::value(&threads)->default_value(0), "intra-op threads (0 = LibTorch's default)")
+      ("threads", po::value(&threads)->default_value(0),
+       "intra-op threads of the calling thread (0 = LibTorch's default)")
+      ("threads-per-stage", po::value(&threads_per_stage)->default_value(0),
+       "intra-op threads of each CPU stage's worker (0 = cores / CPU stages, -1 = LibTorch's default)")
       ("save", po::value(&save), "after the last step, write the (trained) artifact here, atomically")
       ("trace", po::value(&trace), "write a Chrome/Perfetto timeline of every task to this JSON file")
       ("report-memory", "print each stage's peak activation memory per step (counts CPU tensors "
@@ -88,6 +91,7 @@ int Main(int argc, char** argv) {
 
   gpipe::PipelineOptions options;
   if (chunks > 0) options.chunks = chunks;
+  options.threads_per_stage = static_cast<int>(threads_per_stage);
   if (vm.count("checkpoint")) options.checkpoint = gpipe::ParseCheckpointMode(checkpoint);
   if (vm.count("devices")) options.devices = gpipe::SplitList(devices);
   auto specs = gpipe::ParseInputSpecs(sample_input);

@@ -1,6 +1,8 @@
 #include "runtime/pipeline.h"
 
+#include <algorithm>
 #include <map>
+#include <thread>
 #include <sstream>
 
 #include <torch/csrc/autograd/functions/utils.h>
@@ -36,8 +38,14 @@ torch::jit::Module LoadStageModule(const ArtifactReader& reader, const std::stri
 
 // CPU "devices" are cores: every CPU stage gets its own worker so stages run
 // concurrently. Stages on one GPU share that device's worker.
-std::vector<size_t> AssignWorkers(const std::vector<Stage>& stages,
+std::vector<size_t> AssignWorkers(const std::vector<Stage>& stages, int threads_per_stage,
                                   std::vector<std::unique_ptr<Worker>>& workers) {
+  if (threads_per_stage == 0) {
+    int cpu_stages = 0;
+    for (const auto& stage : stages) cpu_stages += stage.device.is_cpu();
+    int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    threads_per_stage = std::max(1, cores / std::max(1, cpu_stages));
+  }
   std::map<std::string, size_t> by_device;
   std::vector<size_t> worker_of_stage;
   for (const auto& stage : stages) {
@@ -46,7 +54,8 @@ std::vector<size_t> AssignWorkers(const std::vector<Stage>& stages,
     auto it = by_device.find(key);
     if (it == by_device.end()) {
       it = by_device.emplace(key, workers.size()).first;
-      workers.push_back(std::make_unique<Worker>(key));
+      int threads = stage.device.is_cpu() && threads_per_stage > 0 ? threads_per_stage : 0;
+      workers.push_back(std::make_unique<Worker>(key, threads));
     }
     worker_of_stage.push_back(it->second);
   }
@@ -87,7 +96,9 @@ Pipeline Pipeline::load(const std::string& path, const PipelineOptions& options)
     stage.commits_batch_norm = stage.module.find_method(kCommitBatchNormMethod).has_value();
     core->stages.push_back(std::move(stage));
   }
-  core->worker_of_stage = AssignWorkers(core->stages, core->workers);
+  TORCH_CHECK(options.threads_per_stage >= -1, "threads per stage is ", options.threads_per_stage,
+              "; use a positive count, 0 (automatic) or -1 (LibTorch's default)");
+  core->worker_of_stage = AssignWorkers(core->stages, options.threads_per_stage, core->workers);
   return Pipeline(std::move(core));
 }
 

@@ -22,6 +22,9 @@ struct PipelineOptions {
   std::optional<int64_t> chunks;
   std::optional<CheckpointMode> checkpoint;
   std::vector<std::string> devices;  // one per stage; empty = as compiled
+  // Intra-op threads of each CPU stage's worker: 0 = the machine's cores
+  // divided among the CPU stages (at least 1); -1 = LibTorch's default.
+  int threads_per_stage = 0;
 };
 
 // A pipelined model loaded from a gpipe artifact. forward() splits the batch

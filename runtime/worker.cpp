@@ -2,9 +2,12 @@
 
 #include <exception>
 
+#include <ATen/Parallel.h>
+
 namespace gpipe {
 
-Worker::Worker(std::string name) : name_(std::move(name)), thread_([this] { Loop(); }) {}
+Worker::Worker(std::string name, int intra_op_threads)
+    : name_(std::move(name)), intra_op_threads_(intra_op_threads), thread_([this] { Loop(); }) {}
 
 Worker::~Worker() {
   {
@@ -27,6 +30,7 @@ std::future<void> Worker::Submit(std::function<void()> task) {
 }
 
 void Worker::Loop() {
+  if (intra_op_threads_ > 0) at::set_num_threads(intra_op_threads_);
   for (;;) {
     std::packaged_task<void()> task;
     {

@@ -13,9 +13,13 @@ namespace gpipe {
 // One thread that runs submitted tasks in order. A pipeline has one per
 // device (per stage on CPU), so that kernel launches for different devices
 // never queue behind each other. Exceptions travel through the futures.
+//
+// `intra_op_threads` > 0 sets the worker's own ATen intra-op thread count
+// (OpenMP's thread count is a per-thread setting), so that S CPU stages on C
+// cores can use C/S threads each instead of C each.
 class Worker {
  public:
-  explicit Worker(std::string name);
+  explicit Worker(std::string name, int intra_op_threads = 0);
   ~Worker();  // finishes queued tasks, then joins
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
@@ -31,6 +35,7 @@ class Worker {
   std::condition_variable ready_;
   std::deque<std::packaged_task<void()>> queue_;
   bool stopping_ = false;
+  int intra_op_threads_;
   std::thread thread_;
 };
 
