@@ -17,10 +17,10 @@ mkdir -p "$OUT"
 run() {  # name model input depth
   echo "== $1: --stages $STAGES --balance-by time --unit-depth $4 --sample-input $3"
   "$BIN/gpipe-compile" "$2" -o "$OUT/$1.gpipe" --stages "$STAGES" --unit-depth "$4" --balance-by time \
-    --sample-input "$3" --profile-steps 5 2>/dev/null | grep -E "^  [0-9]|balance by"
+    --sample-input "$3" --profile-steps 5 2>/dev/null | grep -E "^  [0-9]|balance by|calibrated"
   "$BIN/gpipe-run" "$OUT/$1.gpipe" --train --steps 6 --lr 0.0001 --loss sum --chunks 1 --checkpoint never \
     --sample-input "$3" --trace "$OUT/$1.trace.json" >/dev/null
   "$PY" bench/stage_times.py "$OUT/$1.trace.json"
 }
-run resnet50 "$OUT/resnet50.pt" 16x3x128x128 "${DEPTH:-2}"
-run gpt "$OUT/gpt.pt" 16x128:int64:1000 "${DEPTH:-2}"
+run resnet50 "$OUT/resnet50.pt" 16x3x128x128 "${DEPTH:-3}"
+[ -n "${ONLY_RESNET:-}" ] || run gpt "$OUT/gpt.pt" 16x128:int64:1000 "${DEPTH:-3}"

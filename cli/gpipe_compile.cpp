@@ -47,6 +47,14 @@ void PrintPlan(const gpipe::CompileReport& report) {
                 static_cast<long long>(report.parameter_counts[s]), cost.c_str(), names.c_str());
   }
   if (!costed) return;
+  if (!report.measured_stage_ms.empty()) {
+    std::string rounds;
+    for (double r : report.calibration_ratios) rounds += (rounds.empty() ? "" : ", ") + std::to_string(r).substr(0, 5);
+    std::string times;
+    for (double t : report.measured_stage_ms) times += (times.empty() ? "" : ", ") + std::to_string(t).substr(0, 6);
+    std::printf("  calibrated: chosen stages measured %s ms; max/mean of the plans tried: %s\n", times.c_str(),
+                rounds.c_str());
+  }
   double slowest = *std::max_element(stage_costs.begin(), stage_costs.end());
   double mean = total / static_cast<double>(stage_costs.size());
   size_t s = stage_costs.size(), chunks = static_cast<size_t>(m.chunks);
@@ -64,7 +72,7 @@ void PrintPlan(const gpipe::CompileReport& report) {
 int Main(int argc, char** argv) {
   std::string model, output, balance, devices, checkpoint, sample_input, split_before, balance_by;
   std::string optimizer;
-  int64_t stages = 1, chunks = 1, profile_steps = 5, unit_depth = 1;
+  int64_t stages = 1, chunks = 1, profile_steps = 5, unit_depth = 1, calibrate = 2;
   double tolerance = 1e-5;
   po::options_description opts(
       "Usage: gpipe-compile MODEL.pt -o OUT.gpipe [options]\n"
@@ -87,6 +95,9 @@ int Main(int argc, char** argv) {
        "module level that units come from: 1 = children of the model, 2 = their children, ...")
       ("profile-steps", po::value(&profile_steps)->default_value(5),
        "--balance-by: measured steps after one warm-up (the median counts)")
+      ("calibrate", po::value(&calibrate)->default_value(2),
+       "--balance-by time: rounds of measuring the chosen stages, rescaling the unit costs and "
+       "partitioning again (0 = trust the unit profile)")
       ("optimizer", po::value(&optimizer)->default_value("sgd"),
        "--balance-by size: sgd, or adam to count its two state tensors per parameter")
       ("chunks", po::value(&chunks)->default_value(1), "micro-batches per mini-batch")
@@ -122,6 +133,8 @@ int Main(int argc, char** argv) {
   if (optimizer != "sgd" && optimizer != "adam") throw po::error("--optimizer must be sgd or adam");
   options.adam = optimizer == "adam";
   options.profile_steps = profile_steps;
+  if (calibrate < 0) throw po::error("--calibrate must be 0 or more");
+  options.calibration_rounds = calibrate;
   options.balance.num_stages = stages;
   options.chunks = chunks;
   options.deferred_batch_norm = vm.count("deferred-batch-norm") > 0;
@@ -130,8 +143,8 @@ int Main(int argc, char** argv) {
   std::vector<gpipe::InputSpec> specs;
   if (!sample_input.empty()) specs = gpipe::ParseInputSpecs(sample_input);
   options.sample_inputs = specs;
-  options.progress = [](size_t done, size_t total) {
-    std::fprintf(stderr, "\rprofiling units: step %zu/%zu%s", done, total, done == total ? "\n" : "");
+  options.progress = [](const std::string& what, size_t done, size_t total) {
+    std::fprintf(stderr, "\r%s: step %zu/%zu%s", what.c_str(), done, total, done == total ? "\n" : "");
     std::fflush(stderr);
   };
 

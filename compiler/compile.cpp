@@ -1,6 +1,8 @@
 #include "compiler/compile.h"
 
+#include <algorithm>
 #include <filesystem>
+#include <limits>
 #include <sstream>
 
 #include "compiler/model_loader.h"
@@ -99,6 +101,58 @@ std::vector<size_t> ForcedUnitCuts(const LoweredModel& lowered, const std::vecto
   return cuts;
 }
 
+StagePlan PlanFromStarts(const std::vector<PartitionUnit>& units, const std::vector<size_t>& starts) {
+  StagePlan plan;
+  for (size_t start : starts) plan.first_node.push_back(start == 0 ? 0 : units[start].begin);
+  return plan;
+}
+
+double MaxOverMean(const std::vector<double>& v) {
+  double total = 0, worst = 0;
+  for (double x : v) {
+    total += x;
+    worst = std::max(worst, x);
+  }
+  return total > 0 ? worst * static_cast<double>(v.size()) / total : 0;
+}
+
+// Unit profiles are taken one unit per stage, where every unit pays a task's
+// fixed costs; whole stages behave differently. So: measure the chosen
+// stages the same way, scale each unit's cost by its stage's measured /
+// predicted ratio, partition again, and keep the plan that measured best.
+std::vector<size_t> Calibrate(const LoweredModel& lowered, const std::vector<PartitionUnit>& units,
+                              const std::vector<DeferredBatchNorm>& deferred, const CompileOptions& options,
+                              const std::string& model_path, const std::string& output_path,
+                              const std::vector<size_t>& forced, std::vector<size_t> starts,
+                              CompileReport& report) {
+  std::vector<double>& costs = report.unit_costs;
+  std::vector<size_t> best = starts;
+  double best_ratio = std::numeric_limits<double>::infinity();
+  for (int64_t round = 0; round <= options.calibration_rounds; ++round) {
+    std::vector<double> measured = ProfileStageTimes(lowered, units, PlanFromStarts(units, starts), deferred,
+                                                     options, model_path, output_path);
+    double ratio = MaxOverMean(measured);
+    report.calibration_ratios.push_back(ratio);
+    if (ratio < best_ratio) {
+      best_ratio = ratio;
+      best = starts;
+      report.measured_stage_ms = measured;
+    }
+    if (round == options.calibration_rounds) break;
+    for (size_t s = 0; s < starts.size(); ++s) {
+      size_t end = s + 1 < starts.size() ? starts[s + 1] : costs.size();
+      double predicted = 0;
+      for (size_t u = starts[s]; u < end; ++u) predicted += costs[u];
+      if (predicted <= 0) continue;
+      for (size_t u = starts[s]; u < end; ++u) costs[u] *= measured[s] / predicted;
+    }
+    std::vector<size_t> next = OptimalPartition(costs, starts.size(), forced);
+    if (next == starts) break;  // the calibrated costs agree with the plan
+    starts = next;
+  }
+  return best;
+}
+
 }  // namespace
 
 CompileReport CompileModel(const std::string& model_path, const std::string& output_path,
@@ -119,9 +173,11 @@ CompileReport CompileModel(const std::string& model_path, const std::string& out
     report.unit_costs = options.balance_by == BalanceBy::Time ? profile.time_ms : profile.bytes;
     std::vector<size_t> forced = ForcedUnitCuts(lowered, units, options.split_before);
     auto num_stages = static_cast<size_t>(std::max<int64_t>(options.balance.num_stages, 1));
-    for (size_t start : OptimalPartition(report.unit_costs, num_stages, forced)) {
-      plan.first_node.push_back(start == 0 ? 0 : units[start].begin);
+    std::vector<size_t> starts = OptimalPartition(report.unit_costs, num_stages, forced);
+    if (options.balance_by == BalanceBy::Time && num_stages > 1 && options.calibration_rounds > 0) {
+      starts = Calibrate(lowered, units, deferred, options, model_path, output_path, forced, starts, report);
     }
+    plan = PlanFromStarts(units, starts);
   } else if (!options.split_before.empty()) {
     plan = PlanSplitBefore(lowered.graph, options.split_before);
   } else {

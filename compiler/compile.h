@@ -33,11 +33,14 @@ struct CompileOptions {
   std::vector<InputSpec> sample_inputs;  // for balance_by
   int64_t profile_steps = 5;             // measured steps (after one warm-up); the median counts
   bool adam = false;                     // size: count Adam's two state tensors per parameter
-  std::function<void(size_t done, size_t total)> progress;  // profiling progress
+  int64_t calibration_rounds = 2;  // time: re-measure the chosen stages, rescale, re-partition
+  std::function<void(const std::string& what, size_t done, size_t total)> progress;
 };
 
 struct CompileReport {
   std::vector<double> unit_costs;  // when balanced by time (ms) or size (bytes)
+  std::vector<double> measured_stage_ms;  // time balance with calibration: the chosen stages, measured
+  std::vector<double> calibration_ratios;  // measured max/mean stage time of each plan tried
   Manifest manifest;
   std::vector<std::string> unit_names;  // all units of the model, in order
   std::vector<int64_t> balance;         // units per stage, as chosen

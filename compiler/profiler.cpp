@@ -27,19 +27,27 @@ struct TempFile {
 
 }  // namespace
 
-UnitProfile ProfileUnits(const LoweredModel& lowered, const std::vector<PartitionUnit>& units,
-                         const std::vector<DeferredBatchNorm>& deferred, const CompileOptions& options,
-                         const std::string& model_path, const std::string& output_path) {
+namespace {
+
+struct StageMeasurements {
+  std::vector<double> forward_ms, backward_ms, kept_bytes;
+  std::vector<int64_t> parameter_bytes;
+};
+
+// Runs `plan` through the runtime with one micro-batch (tasks never overlap),
+// one warm-up and options.profile_steps measured steps; medians per stage.
+StageMeasurements MeasureStages(const LoweredModel& lowered, const std::vector<PartitionUnit>& units,
+                                const StagePlan& plan, const std::vector<DeferredBatchNorm>& deferred,
+                                const CompileOptions& options, const std::string& model_path,
+                                const std::string& output_path, const std::string& what) {
   TORCH_CHECK(!options.sample_inputs.empty(), "--balance-by needs --sample-input to profile on");
   TORCH_CHECK(options.profile_steps >= 1, "--profile-steps must be at least 1");
-  const size_t n = units.size();
-  StagePlan one_per_unit;
-  for (const auto& u : units) one_per_unit.first_node.push_back(u.begin);
+  const size_t n = plan.num_stages();
   CompileOptions profiling = options;
   profiling.chunks = 1;
   profiling.checkpoint = CheckpointMode::Never;
   profiling.devices.clear();
-  BuiltPipeline built = BuildPipeline(lowered, units, one_per_unit, deferred, profiling, model_path);
+  BuiltPipeline built = BuildPipeline(lowered, units, plan, deferred, profiling, model_path);
   std::filesystem::path out = std::filesystem::absolute(output_path);
   TempFile temp{(out.parent_path() / ("." + out.filename().string() + ".profile.tmp")).string()};
   WriteArtifact(temp.path, built.manifest, built.records);
@@ -66,26 +74,60 @@ UnitProfile ProfileUnits(const LoweredModel& lowered, const std::vector<Partitio
     if (step > 0) {
       for (const auto& r : records) {
         double ms = static_cast<double>(r.end_ns - r.start_ns) / 1e6;
-        (r.phase == TaskRecord::Phase::Forward ? forward : backward)[r.stage].push_back(ms);
+        if (r.phase == TaskRecord::Phase::Forward) forward[r.stage].push_back(ms);
+        if (r.phase == TaskRecord::Phase::Backward) backward[r.stage].push_back(ms);
       }
       for (size_t u = 0; u < n; ++u) kept[u].push_back(static_cast<double>(after[u] - before[u]));
     }
-    if (options.progress) options.progress(step + 1, steps);
+    if (options.progress) options.progress(what, step + 1, steps);
   }
   pipe.set_tracing(false);
+  StageMeasurements m;
+  for (size_t u = 0; u < n; ++u) {
+    m.forward_ms.push_back(Median(forward[u]));
+    m.backward_ms.push_back(Median(backward[u]));
+    m.kept_bytes.push_back(std::max(0.0, Median(kept[u])));
+  }
+  m.parameter_bytes = built.parameter_bytes;
+  return m;
+}
 
+StagePlan OnePerUnit(const std::vector<PartitionUnit>& units) {
+  StagePlan plan;
+  for (const auto& u : units) plan.first_node.push_back(u.begin);
+  return plan;
+}
+
+}  // namespace
+
+UnitProfile ProfileUnits(const LoweredModel& lowered, const std::vector<PartitionUnit>& units,
+                         const std::vector<DeferredBatchNorm>& deferred, const CompileOptions& options,
+                         const std::string& model_path, const std::string& output_path) {
+  StageMeasurements m =
+      MeasureStages(lowered, units, OnePerUnit(units), deferred, options, model_path, output_path,
+                    "profiling units");
   UnitProfile profile;
   const double state_copies = options.adam ? 4.0 : 2.0;  // weights + grads (+ Adam's two moments)
-  const auto& stage_params = built.parameter_bytes;
-  for (size_t u = 0; u < n; ++u) {
-    profile.forward_ms.push_back(Median(forward[u]));
-    profile.backward_ms.push_back(Median(backward[u]));
-    profile.time_ms.push_back(profile.forward_ms[u] + profile.backward_ms[u]);
-    profile.parameter_bytes.push_back(static_cast<double>(stage_params[u]));
-    profile.activation_bytes.push_back(std::max(0.0, Median(kept[u])));
+  for (size_t u = 0; u < units.size(); ++u) {
+    profile.forward_ms.push_back(m.forward_ms[u]);
+    profile.backward_ms.push_back(m.backward_ms[u]);
+    profile.time_ms.push_back(m.forward_ms[u] + m.backward_ms[u]);
+    profile.parameter_bytes.push_back(static_cast<double>(m.parameter_bytes[u]));
+    profile.activation_bytes.push_back(m.kept_bytes[u]);
     profile.bytes.push_back(profile.parameter_bytes[u] * state_copies + profile.activation_bytes[u]);
   }
   return profile;
+}
+
+std::vector<double> ProfileStageTimes(const LoweredModel& lowered, const std::vector<PartitionUnit>& units,
+                                      const StagePlan& plan, const std::vector<DeferredBatchNorm>& deferred,
+                                      const CompileOptions& options, const std::string& model_path,
+                                      const std::string& output_path) {
+  StageMeasurements m = MeasureStages(lowered, units, plan, deferred, options, model_path, output_path,
+                                      "measuring stages");
+  std::vector<double> times;
+  for (size_t s = 0; s < plan.num_stages(); ++s) times.push_back(m.forward_ms[s] + m.backward_ms[s]);
+  return times;
 }
 
 }  // namespace gpipe

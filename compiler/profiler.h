@@ -29,4 +29,11 @@ UnitProfile ProfileUnits(const LoweredModel& lowered, const std::vector<Partitio
                          const std::vector<DeferredBatchNorm>& deferred, const CompileOptions& options,
                          const std::string& model_path, const std::string& output_path);
 
+// The same measurement for the stages of any plan (forward + backward ms per
+// stage): the calibration step of --balance-by time.
+std::vector<double> ProfileStageTimes(const LoweredModel& lowered, const std::vector<PartitionUnit>& units,
+                                      const StagePlan& plan, const std::vector<DeferredBatchNorm>& deferred,
+                                      const CompileOptions& options, const std::string& model_path,
+                                      const std::string& output_path);
+
 }  // namespace gpipe
