@@ -5,6 +5,7 @@
 #include "runtime/manifest.h"
 
 #include <cctype>
+#include <type_traits>
 
 #include <nlohmann/json.hpp>
 
@@ -26,6 +27,17 @@ T Field(const json& object, const char* key, const std::string& where) {
   TORCH_CHECK(object.is_object(), "manifest: ", where, " must be a JSON object");
   auto it = object.find(key);
   TORCH_CHECK(it != object.end(), "manifest: ", where, " has no field '", key, "'");
+  // nlohmann converts 2.5 or 1e300 to an integer silently: integers must be integers.
+  if constexpr (std::is_same_v<T, int64_t>) {
+    TORCH_CHECK(it->is_number_integer(), "manifest: field '", key, "' of ", where,
+                " has the wrong type (", it->type_name(), " ", it->dump(), "); it must be an integer");
+  } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+    TORCH_CHECK(it->is_array(), "manifest: field '", key, "' of ", where, " must be an array");
+    for (const auto& e : *it) {
+      TORCH_CHECK(e.is_number_integer(), "manifest: field '", key, "' of ", where,
+                  " has the wrong type (holds ", e.dump(), "); it must hold integers");
+    }
+  }
   try {
     return it->get<T>();
   } catch (const json::exception&) {
@@ -131,7 +143,7 @@ Manifest ParseManifest(const std::string& text) {
   json j;
   try {
     j = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for 1e99999 (fuzzer)
     TORCH_CHECK(false, "manifest.json is not valid JSON (", e.what(),
                 "); the artifact is damaged: compile it again");
   }

@@ -69,6 +69,21 @@ TEST(Manifest, BrokenJsonAndMissingFieldsNameTheProblem) {
   EXPECT_NE(ErrorOf(j.dump()).find("field 'chunks' of the manifest has the wrong type"), std::string::npos);
 }
 
+TEST(Manifest, FuzzerFindingsAreCleanErrors) {
+  // tests/fuzz: a number too large for a double made nlohmann/json throw
+  // out_of_range, which escaped as a non-c10 exception.
+  const std::string overflow = "444444e+44444\xff\"";
+  EXPECT_NE(ErrorOf(overflow).find("manifest.json is not valid JSON"), std::string::npos);
+  auto j = nlohmann::json::parse(ManifestToJson(TwoStages()));
+  j["chunks"] = 1e300;  // a double where an integer belongs: no silent truncation
+  EXPECT_NE(ErrorOf(j.dump()).find("field 'chunks' of the manifest has the wrong type (number 1e+300); it must be an integer"), std::string::npos)
+      << ErrorOf(j.dump());
+  j = nlohmann::json::parse(ManifestToJson(TwoStages()));
+  j["stages"][0]["inputs"][0]["index"] = 0.5;
+  EXPECT_NE(ErrorOf(j.dump()).find("field 'index' of an input of stage 0 has the wrong type (number 0.5)"), std::string::npos)
+      << ErrorOf(j.dump());
+}
+
 TEST(Manifest, RecordNamesCannotLeaveTheArchive) {
   auto j = nlohmann::json::parse(ManifestToJson(TwoStages()));
   j["stages"][0]["file"] = "../../etc/passwd";
