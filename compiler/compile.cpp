@@ -103,7 +103,7 @@ std::vector<size_t> ForcedUnitCuts(const LoweredModel& lowered, const std::vecto
 
 StagePlan PlanFromStarts(const std::vector<PartitionUnit>& units, const std::vector<size_t>& starts) {
   StagePlan plan;
-  for (size_t start : starts) plan.first_node.push_back(start == 0 ? 0 : units[start].begin);
+  for (size_t start : starts) plan.first_node.push_back(units[start].begin);  // units tile from node 0
   return plan;
 }
 
@@ -153,6 +153,32 @@ std::vector<size_t> Calibrate(const LoweredModel& lowered, const std::vector<Par
   return best;
 }
 
+std::string BalanceMethod(const CompileOptions& options) {
+  if (options.balance_by) return *options.balance_by == BalanceBy::Time ? "time" : "size";
+  return options.split_before.empty() ? "units" : "split-before";
+}
+
+// Where the cuts go: profiled and optimal (--balance-by), named
+// (--split-before), or counted in units (--stages / --balance).
+StagePlan ChoosePlan(const LoweredModel& lowered, const std::vector<PartitionUnit>& units,
+                     const std::vector<DeferredBatchNorm>& deferred, const CompileOptions& options,
+                     const std::string& model_path, const std::string& output_path, CompileReport& report) {
+  if (!options.balance_by) {
+    return options.split_before.empty() ? PlanStages(units, options.balance)
+                                        : PlanSplitBefore(lowered.graph, options.split_before);
+  }
+  TORCH_CHECK(options.balance.balance.empty(), "give either --balance or --balance-by, not both");
+  UnitProfile profile = ProfileUnits(lowered, units, deferred, options, model_path, output_path);
+  report.unit_costs = *options.balance_by == BalanceBy::Time ? profile.time_ms : profile.bytes;
+  std::vector<size_t> forced = ForcedUnitCuts(lowered, units, options.split_before);
+  auto num_stages = static_cast<size_t>(std::max<int64_t>(options.balance.num_stages, 1));
+  std::vector<size_t> starts = OptimalPartition(report.unit_costs, num_stages, forced);
+  if (*options.balance_by == BalanceBy::Time && num_stages > 1 && options.calibration_rounds > 0) {
+    starts = Calibrate(lowered, units, deferred, options, model_path, output_path, forced, starts, report);
+  }
+  return PlanFromStarts(units, starts);
+}
+
 }  // namespace
 
 CompileReport CompileModel(const std::string& model_path, const std::string& output_path,
@@ -166,27 +192,9 @@ CompileReport CompileModel(const std::string& model_path, const std::string& out
   std::vector<PartitionUnit> units = FindPartitionUnits(lowered.graph, options.unit_depth);
 
   CompileReport report;
-  StagePlan plan;
-  if (options.balance_by) {
-    TORCH_CHECK(options.balance.balance.empty(), "give either --balance or --balance-by, not both");
-    UnitProfile profile = ProfileUnits(lowered, units, deferred, options, model_path, output_path);
-    report.unit_costs = options.balance_by == BalanceBy::Time ? profile.time_ms : profile.bytes;
-    std::vector<size_t> forced = ForcedUnitCuts(lowered, units, options.split_before);
-    auto num_stages = static_cast<size_t>(std::max<int64_t>(options.balance.num_stages, 1));
-    std::vector<size_t> starts = OptimalPartition(report.unit_costs, num_stages, forced);
-    if (options.balance_by == BalanceBy::Time && num_stages > 1 && options.calibration_rounds > 0) {
-      starts = Calibrate(lowered, units, deferred, options, model_path, output_path, forced, starts, report);
-    }
-    plan = PlanFromStarts(units, starts);
-  } else if (!options.split_before.empty()) {
-    plan = PlanSplitBefore(lowered.graph, options.split_before);
-  } else {
-    plan = PlanStages(units, options.balance);
-  }
+  StagePlan plan = ChoosePlan(lowered, units, deferred, options, model_path, output_path, report);
   BuiltPipeline built = BuildPipeline(lowered, units, plan, deferred, options, model_path);
-  built.manifest.balance_method = !options.balance_by                ? (options.split_before.empty() ? "units" : "split-before")
-                                  : options.balance_by == BalanceBy::Time ? "time"
-                                                                          : "size";
+  built.manifest.balance_method = BalanceMethod(options);
   built.manifest.unit_costs = report.unit_costs;
   WriteArtifact(output_path, built.manifest, built.records);
   report.manifest = std::move(built.manifest);
