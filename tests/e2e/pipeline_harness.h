@@ -81,4 +81,19 @@ inline double MaxDiff(const RunResult& want, const RunResult& got) {
   return worst;
 }
 
+// Training step in never, except_last and always: recomputation (with its
+// replayed random draws) must give bitwise the same outputs and gradients.
+inline void ExpectCheckpointModesBitwiseEqual(const std::string& artifact, const at::Tensor& x,
+                                              uint64_t seed) {
+  std::vector<RunResult> results;
+  for (auto mode : {CheckpointMode::Never, CheckpointMode::ExceptLast, CheckpointMode::Always}) {
+    PipelineOptions options;
+    options.checkpoint = mode;
+    Pipeline pipe = Pipeline::load(artifact, options);
+    results.push_back(RunPipeline(pipe, x, /*train=*/true, seed));
+  }
+  EXPECT_EQ(MaxDiff(results[0], results[1]), 0.0) << "except_last differs from never";
+  EXPECT_EQ(MaxDiff(results[0], results[2]), 0.0) << "always differs from never";
+}
+
 }  // namespace gpipe::testing

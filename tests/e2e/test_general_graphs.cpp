@@ -228,15 +228,7 @@ TEST(GeneralGraphs, ResNet50CheckpointModesGiveBitwiseEqualGradientsInTraining) 
   CompileModel(TestModel("resnet50.pt"), dir.path("r.gpipe"), Options(4, 4));
   torch::manual_seed(0);
   at::Tensor x = torch::randn({8, 3, 32, 32});
-  std::vector<testing::RunResult> results;
-  for (auto mode : {CheckpointMode::Never, CheckpointMode::ExceptLast, CheckpointMode::Always}) {
-    PipelineOptions options;
-    options.checkpoint = mode;
-    Pipeline pipe = Pipeline::load(dir.path("r.gpipe"), options);
-    results.push_back(testing::RunPipeline(pipe, x, /*train=*/true, 0));
-  }
-  EXPECT_EQ(MaxDiff(results[0], results[1]), 0.0) << "except_last differs from never";
-  EXPECT_EQ(MaxDiff(results[0], results[2]), 0.0) << "always differs from never";
+  testing::ExpectCheckpointModesBitwiseEqual(dir.path("r.gpipe"), x, 0);
 }
 
 }  // namespace

@@ -63,15 +63,7 @@ TEST(PipelineEquality, CheckpointModesGiveBitwiseEqualGradientsWithDropout) {
   TempDir dir;
   CompileModel(TestModel("mlp9.pt"), dir.path("m.gpipe"), Options(3, 4));
   at::Tensor x = torch::randn({12, 16});
-  std::vector<testing::RunResult> results;
-  for (auto mode : {CheckpointMode::Never, CheckpointMode::ExceptLast, CheckpointMode::Always}) {
-    PipelineOptions options;
-    options.checkpoint = mode;
-    Pipeline pipe = Pipeline::load(dir.path("m.gpipe"), options);
-    results.push_back(RunPipeline(pipe, x, true, 7));
-  }
-  EXPECT_EQ(MaxDiff(results[0], results[1]), 0.0) << "except_last differs from never";
-  EXPECT_EQ(MaxDiff(results[0], results[2]), 0.0) << "always differs from never";
+  testing::ExpectCheckpointModesBitwiseEqual(dir.path("m.gpipe"), x, 7);
 }
 
 TEST(PipelineEquality, InputGradientMatches) {
