@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <cstdio>
@@ -18,6 +19,9 @@
 namespace po = boost::program_options;
 
 namespace {
+
+constexpr int kExitInterrupted = 130;  // 128 + SIGINT, as shells report it
+volatile std::sig_atomic_t interrupted = 0;
 
 at::Tensor Loss(const std::string& kind, const at::Tensor& output, const at::Tensor& target) {
   if (kind == "mse") return torch::mse_loss(output, target);
@@ -53,7 +57,7 @@ void PrintMemory(size_t num_stages) {
 
 int Main(int argc, char** argv) {
   std::string artifact, sample_input, loss_kind, checkpoint, devices, save, trace;
-  int64_t steps = 10, chunks = 0, seed = 0, threads = 0, threads_per_stage = 0;
+  int64_t steps = 10, chunks = 0, seed = 0, threads = 0, threads_per_stage = 0, checkpoint_every = 0;
   double lr = 0.01;
   po::options_description opts(
       "Usage: gpipe-run ART.gpipe --sample-input SHAPE [options]\n"
@@ -76,6 +80,8 @@ int Main(int argc, char** argv) {
       ("threads-per-stage", po::value(&threads_per_stage)->default_value(0),
        "intra-op threads of each CPU stage's worker (0 = cores / CPU stages, -1 = LibTorch's default)")
       ("save", po::value(&save), "after the last step, write the (trained) artifact here, atomically")
+      ("checkpoint-every", po::value(&checkpoint_every)->default_value(0),
+       "--save: also write it every K steps, so the last good state survives a crash (0 = only at the end)")
       ("trace", po::value(&trace), "write a Chrome/Perfetto timeline of every task to this JSON file")
       ("report-memory", "print each stage's peak activation memory per step (counts CPU tensors "
        "the stage's tasks allocate)");
@@ -86,6 +92,8 @@ int Main(int argc, char** argv) {
   if (steps < 1) throw po::error("--steps must be at least 1");
   if (chunks < 0) throw po::error("--chunks must be at least 1 (or 0 for the compiled value)");
   if (threads > 0) at::set_num_threads(static_cast<int>(threads));
+  if (checkpoint_every < 0) throw po::error("--checkpoint-every must be 0 or more");
+  if (checkpoint_every > 0 && save.empty()) throw po::error("--checkpoint-every needs --save OUT");
   const bool train = vm.count("train") > 0;
   if (train) Loss(loss_kind, torch::zeros({1}), torch::zeros({1}));  // reject a bad --loss now
 
@@ -116,7 +124,10 @@ int Main(int argc, char** argv) {
   at::Tensor target;
   std::vector<double> rates;
   double first_loss = 0, last_loss = 0;
-  for (int64_t step = 1; step <= steps; ++step) {
+  // Ctrl-C ends the current step cleanly, saves (with --save) and exits 130.
+  std::signal(SIGINT, [](int) { interrupted = 1; });
+  int64_t done = 0;
+  for (int64_t step = 1; step <= steps && !interrupted; ++step) {
     gpipe::MemoryTracker::ResetPeaks();
     auto start = std::chrono::steady_clock::now();
     double loss_value = 0;
@@ -146,8 +157,21 @@ int Main(int argc, char** argv) {
                   static_cast<long long>(steps), rates.back());
     }
     if (report_memory) PrintMemory(pipe.num_stages());
+    done = step;
+    if (checkpoint_every > 0 && step % checkpoint_every == 0 && step < steps) {
+      pipe.save(save);
+      std::printf("checkpoint: saved %s after step %lld\n", save.c_str(), static_cast<long long>(step));
+    }
     std::fflush(stdout);
   }
+  if (interrupted) {
+    std::printf("interrupted after step %lld of %lld\n", static_cast<long long>(done),
+                static_cast<long long>(steps));
+  }
+  if (done == 0) {  // interrupted before any step finished: nothing new to report or save
+    return kExitInterrupted;
+  }
+  steps = done;
   // Step 1 pays for warm-up (allocations, executor profiling): leave it out when we can.
   std::vector<double> steady(rates.size() > 1 ? rates.begin() + 1 : rates.begin(), rates.end());
   std::sort(steady.begin(), steady.end());
@@ -167,7 +191,7 @@ int Main(int argc, char** argv) {
     pipe.save(save);
     std::printf("saved %s\n", save.c_str());
   }
-  return 0;
+  return interrupted ? kExitInterrupted : 0;
 }
 
 }  // namespace

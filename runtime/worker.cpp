@@ -1,5 +1,7 @@
 #include "runtime/worker.h"
 
+#include <pthread.h>
+
 #include <exception>
 
 #include <ATen/Parallel.h>
@@ -30,6 +32,8 @@ std::future<void> Worker::Submit(std::function<void()> task) {
 }
 
 void Worker::Loop() {
+  // "gp:cpu/stage0" shows in top, gdb and perf (names are cut at 15 bytes).
+  ::pthread_setname_np(::pthread_self(), ("gp:" + name_).substr(0, 15).c_str());
   if (intra_op_threads_ > 0) at::set_num_threads(intra_op_threads_);
   for (;;) {
     std::packaged_task<void()> task;

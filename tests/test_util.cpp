@@ -27,8 +27,14 @@ TempDir::~TempDir() {
   std::filesystem::remove_all(dir_, ignored);
 }
 
+std::string CliPath(const std::string& tool) { return std::string(GPIPE_CLI_DIR) + "/" + tool; }
+
 CommandResult RunCli(const std::string& tool, const std::string& arguments) {
-  std::string command = std::string(GPIPE_CLI_DIR) + "/" + tool + " " + arguments + " 2>&1";
+  return RunShell(CliPath(tool) + " " + arguments);
+}
+
+CommandResult RunShell(const std::string& command_line) {
+  std::string command = command_line + " 2>&1";
   FILE* pipe = ::popen(command.c_str(), "r");
   if (pipe == nullptr) return {-1, "popen failed"};
   std::string output;

@@ -31,6 +31,12 @@ struct CommandResult {
 // Runs one of the project's CLIs (gpipe-compile, gpipe-run) with arguments.
 CommandResult RunCli(const std::string& tool, const std::string& arguments);
 
+// Runs a shell command line (stderr joined to stdout).
+CommandResult RunShell(const std::string& command);
+
+// Absolute path of one of the project's CLIs.
+std::string CliPath(const std::string& tool);
+
 // Largest |a - b|; both must have the same shape.
 double MaxAbsDiff(const at::Tensor& a, const at::Tensor& b);
 

@@ -190,3 +190,37 @@ TEST(Cli, SplitBeforeAnUnknownNameListsTheValidOnes) {
 
 }  // namespace
 }  // namespace gpipe
+
+namespace gpipe {
+namespace {
+
+TEST(Cli, SigintFinishesTheStepSavesAndExits130) {
+  TempDir dir;
+  ASSERT_EQ(RunCli("gpipe-compile", kMlp + " -o " + dir.path("m.gpipe") + " --stages 2 --chunks 2").exit_code, 0);
+  const std::string out = dir.path("trained.gpipe");
+  // Start a long run that checkpoints every step; interrupt it once the first
+  // checkpoint exists (waiting at most 30 s), and report its exit code.
+  std::string script = "bash -c '" + testing::CliPath("gpipe-run") + " " + dir.path("m.gpipe") +
+                       " --sample-input 8x16 --train --steps 1000000 --checkpoint-every 1 --save " + out +
+                       " & pid=$!; for i in $(seq 300); do [ -f " + out +
+                       " ] && break; sleep 0.1; done; kill -INT $pid; wait $pid; echo exit=$?'";
+  auto result = testing::RunShell(script);
+  EXPECT_OUTPUT_HAS(result, "checkpoint: saved " + out + " after step 1");
+  EXPECT_OUTPUT_HAS(result, "interrupted after step");
+  EXPECT_OUTPUT_HAS(result, "saved " + out + "\n");
+  EXPECT_OUTPUT_HAS(result, "exit=130");
+  Pipeline trained = Pipeline::load(out);  // the saved state is a whole artifact
+  EXPECT_EQ(trained.num_stages(), 2u);
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path(""))) {
+    EXPECT_EQ(entry.path().filename().string().find(".tmp"), std::string::npos) << entry.path();
+  }
+}
+
+TEST(Cli, CheckpointEveryNeedsSave) {
+  auto result = RunCli("gpipe-run", kMlp + " --sample-input 4x16 --train --checkpoint-every 2");
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_OUTPUT_HAS(result, "--checkpoint-every needs --save OUT");
+}
+
+}  // namespace
+}  // namespace gpipe
