@@ -82,6 +82,8 @@ int Main(int argc, char** argv) {
       ("save", po::value(&save), "after the last step, write the (trained) artifact here, atomically")
       ("checkpoint-every", po::value(&checkpoint_every)->default_value(0),
        "--save: also write it every K steps, so the last good state survives a crash (0 = only at the end)")
+      ("detect-anomaly", "check every stage output and gradient for NaN/Inf and name the first "
+       "stage and micro-batch that produced one")
       ("trace", po::value(&trace), "write a Chrome/Perfetto timeline of every task to this JSON file")
       ("report-memory", "print each stage's peak activation memory per step (counts CPU tensors "
        "the stage's tasks allocate)");
@@ -100,6 +102,7 @@ int Main(int argc, char** argv) {
   gpipe::PipelineOptions options;
   if (chunks > 0) options.chunks = chunks;
   options.threads_per_stage = static_cast<int>(threads_per_stage);
+  options.detect_anomaly = vm.count("detect-anomaly") > 0;
   if (vm.count("checkpoint")) options.checkpoint = gpipe::ParseCheckpointMode(checkpoint);
   if (vm.count("devices")) options.devices = gpipe::SplitList(devices);
   auto specs = gpipe::ParseInputSpecs(sample_input);

@@ -81,6 +81,7 @@ Pipeline Pipeline::load(const std::string& path, const PipelineOptions& options)
   if (options.checkpoint) manifest.checkpoint = *options.checkpoint;
   TORCH_CHECK(manifest.chunks >= 1, "chunks is ", manifest.chunks, "; it must be at least 1");
   core->chunks = manifest.chunks;
+  core->detect_anomaly = options.detect_anomaly;
   core->checkpoint = manifest.checkpoint;
   for (size_t s = 0; s < num_stages; ++s) {
     const StageEntry& entry = manifest.stages[s];

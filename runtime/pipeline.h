@@ -25,6 +25,10 @@ struct PipelineOptions {
   // Intra-op threads of each CPU stage's worker: 0 = the machine's cores
   // divided among the CPU stages (at least 1); -1 = LibTorch's default.
   int threads_per_stage = 0;
+  // Check every stage output (forward) and every gradient a stage hands back
+  // (backward) for NaN/Inf; the error names the first stage and micro-batch
+  // in schedule order that produced one. Costs one reduction per tensor.
+  bool detect_anomaly = false;
 };
 
 // A pipelined model loaded from a gpipe artifact. forward() splits the batch

@@ -25,6 +25,7 @@ struct PipelineCore {
   TaskTrace trace;
   std::mutex run_mutex;  // one forward or backward schedule at a time
   int64_t chunks = 1;
+  bool detect_anomaly = false;
   CheckpointMode checkpoint = CheckpointMode::ExceptLast;
 };
 

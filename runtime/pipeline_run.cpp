@@ -26,6 +26,15 @@ c10::IValue StageInput(const c10::IValue& v, const c10::Device& device, bool car
   return t;
 }
 
+// --detect-anomaly: the first non-finite tensor stops the run, named.
+void CheckFinite(const c10::IValue& v, const char* what, size_t index) {
+  if (!v.isTensor() || !v.toTensor().defined()) return;
+  const at::Tensor& t = v.toTensor();
+  if (!at::isFloatingType(t.scalar_type()) && !at::isComplexType(t.scalar_type())) return;
+  TORCH_CHECK(at::isfinite(t).all().item<bool>(), "non-finite values (NaN or Inf) in ", what, " ", index,
+              " of this stage (--detect-anomaly: this is the first stage and micro-batch to produce one)");
+}
+
 }  // namespace
 
 PipelineRun::PipelineRun(std::shared_ptr<PipelineCore> core, MicroBatches micro_batches,
@@ -123,11 +132,14 @@ void PipelineRun::RunForwardTask(size_t i, size_t j, uint64_t ticket) {
                       at::isFloatingType(out.toTensor().scalar_type());
       slot.output_requires_grad.push_back(floating && (any_grad || params_grad));
     }
-    return;
+  } else {
+    at::AutoGradMode grad_mode(needs_grad_);
+    slot.outputs = stage.Run(slot.inputs);
+    for (const auto& out : slot.outputs) slot.output_requires_grad.push_back(CarriesGrad(out));
   }
-  at::AutoGradMode grad_mode(needs_grad_);
-  slot.outputs = stage.Run(slot.inputs);
-  for (const auto& out : slot.outputs) slot.output_requires_grad.push_back(CarriesGrad(out));
+  if (core_->detect_anomaly) {
+    for (size_t k = 0; k < slot.outputs.size(); ++k) CheckFinite(slot.outputs[k], "output", k);
+  }
 }
 
 void PipelineRun::AddGrad(at::Tensor& into, const at::Tensor& grad) {
@@ -178,6 +190,7 @@ void PipelineRun::RunBackwardTask(size_t i, size_t j, uint64_t ticket) {
       if (!leaf.isTensor() || !leaf.toTensor().defined() || !leaf.toTensor().grad().defined()) continue;
       const ValueSource& source = stage.inputs[n];
       at::Tensor grad = leaf.toTensor().grad();
+      if (core_->detect_anomaly) CheckFinite(grad, "the gradient of input", n);
       if (source.origin == ValueSource::Origin::StageOutput) {
         AddGrad(slots_[i][source.stage].output_grads[source.index], grad);
       } else {

@@ -9,6 +9,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "runtime/pipeline_error.h"
 #include "tests/e2e/pipeline_harness.h"
 #include "tests/test_util.h"
@@ -165,6 +167,37 @@ TEST(PipelineArtifact, SaveAfterTrainingReloadsTheSameWeights) {
   again.eval();
   torch::NoGradGuard no_grad;
   EXPECT_TRUE(torch::equal(pipe.forward(x), again.forward(x)));
+}
+
+}  // namespace
+}  // namespace gpipe
+
+namespace gpipe {
+namespace {
+
+TEST(PipelineFailure, DetectAnomalyNamesTheFirstStageAndMicroBatchWithNaN) {
+  TempDir dir;
+  CompileModel(TestModel("mlp9.pt"), dir.path("m.gpipe"), Options(3, 4));
+  PipelineOptions options;
+  options.detect_anomaly = true;
+  Pipeline pipe = Pipeline::load(dir.path("m.gpipe"), options);
+  pipe.eval();
+  at::Tensor x = torch::randn({8, 16});
+  x[5][3] = std::numeric_limits<float>::infinity();  // rows 4-5 are micro-batch 2
+  try {
+    pipe.forward(x);
+    FAIL() << "expected the anomaly to be reported";
+  } catch (const PipelineError& e) {
+    EXPECT_EQ(e.stage(), 0u);
+    EXPECT_EQ(e.micro_batch(), 2u);
+    EXPECT_NE(std::string(e.what()).find("non-finite values (NaN or Inf) in output 0"), std::string::npos) << e.what();
+  }
+  // Without the option the same input runs through and yields NaN.
+  Pipeline unchecked = Pipeline::load(dir.path("m.gpipe"));
+  unchecked.eval();
+  EXPECT_TRUE(unchecked.forward(x).isnan().any().item<bool>());
+  // And a finite step still works with checking on.
+  EXPECT_TRUE(pipe.forward(torch::randn({8, 16})).isfinite().all().item<bool>());
 }
 
 }  // namespace
