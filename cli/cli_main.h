@@ -1,11 +1,16 @@
 #pragma once
 
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include <boost/program_options.hpp>
+
+#include <c10/util/Exception.h>
 
 #include "runtime/pipeline_error.h"
 
@@ -43,6 +48,26 @@ inline bool ParseCommandLine(int argc, char** argv, const boost::program_options
   }
   po::notify(vm);
   return true;
+}
+
+// Writes a text file as every gpipe output is written: to a temporary name
+// first, renamed into place, so a failure never leaves half a file.
+inline void WriteFileAtomically(const std::string& path, const std::string& text) {
+  std::string temp = path + ".tmp";
+  {
+    std::ofstream out(temp, std::ios::trunc);
+    TORCH_CHECK(out, "cannot write '", temp, "'");
+    out << text;
+    out.flush();
+    TORCH_CHECK(out, "writing '", temp, "' failed (disk full?)");
+  }
+  std::filesystem::rename(temp, path);
+}
+
+inline std::string MiB(int64_t bytes) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+  return buffer;
 }
 
 inline std::vector<std::string> SplitList(const std::string& text) {

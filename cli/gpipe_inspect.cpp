@@ -31,12 +31,6 @@ std::string SourceName(const gpipe::ValueSource& v) {
   return "s" + std::to_string(v.stage) + "." + std::to_string(v.index);
 }
 
-std::string Bytes(int64_t n) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof buffer, "%.1f MiB", static_cast<double>(n) / (1 << 20));
-  return buffer;
-}
-
 // Per-stage sums of the recorded unit costs (empty if the plan was not profiled).
 std::vector<double> StageCosts(const gpipe::Manifest& m) {
   std::vector<double> costs;
@@ -55,13 +49,6 @@ std::string CostText(const gpipe::Manifest& m, double cost) {
   if (m.balance_method == "time") std::snprintf(buffer, sizeof buffer, "%.2f ms", cost);
   else std::snprintf(buffer, sizeof buffer, "%.1f MiB", cost / (1 << 20));
   return buffer;
-}
-
-void WriteText(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::trunc);
-  TORCH_CHECK(out, "cannot write '", path, "'");
-  out << text;
-  TORCH_CHECK(out.flush(), "writing '", path, "' failed");
 }
 
 std::string PlanDot(const gpipe::Manifest& m, const std::vector<double>& stage_costs) {
@@ -156,7 +143,7 @@ int Main(int argc, char** argv) {
     std::string cost;
     if (!stage_costs.empty()) cost = "  cost " + CostText(m, stage_costs[s]);
     std::printf("stage %zu  device %s  nodes %zu  parameters %lld (%s)%s%s  units %s\n", s, st.device.c_str(),
-                nodes, static_cast<long long>(elements), Bytes(bytes).c_str(), st.uses_rng ? "  random" : "",
+                nodes, static_cast<long long>(elements), gpipe::MiB(bytes).c_str(), st.uses_rng ? "  random" : "",
                 cost.c_str(), units.c_str());
     for (size_t k = 0; k < st.inputs.size(); ++k) {
       std::printf("  in  %zu <- %s%s\n", k, SourceName(st.inputs[k]).c_str(), shape_of(st.inputs[k]).c_str());
@@ -183,7 +170,7 @@ int Main(int argc, char** argv) {
                 m.balance_method.c_str(), m.unit_names.size());
   }
   if (!dot_path.empty()) {
-    WriteText(dot_path, PlanDot(m, stage_costs));
+    gpipe::WriteFileAtomically(dot_path, PlanDot(m, stage_costs));
     std::printf("wrote %s\n", dot_path.c_str());
   }
   if (!svg_path.empty()) {

@@ -29,29 +29,11 @@ at::Tensor Loss(const std::string& kind, const at::Tensor& output, const at::Ten
   TORCH_CHECK(false, "unknown --loss '", kind, "'; use mse or sum");
 }
 
-void WriteFileAtomically(const std::string& path, const std::string& text) {
-  std::string temp = path + ".tmp";
-  {
-    std::ofstream out(temp, std::ios::trunc);
-    TORCH_CHECK(out, "cannot write '", temp, "'");
-    out << text;
-    out.flush();
-    TORCH_CHECK(out, "writing '", temp, "' failed (disk full?)");
-  }
-  std::filesystem::rename(temp, path);
-}
-
-std::string MiB(int64_t bytes) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof buffer, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
-  return buffer;
-}
-
 void PrintMemory(size_t num_stages) {
   std::string line = "  peak activation memory:";
   auto peaks = gpipe::MemoryTracker::PeakBytes(num_stages);
-  for (size_t s = 0; s < peaks.size(); ++s) line += " stage " + std::to_string(s) + " " + MiB(peaks[s]) + ",";
-  line += " all stages " + MiB(gpipe::MemoryTracker::TotalPeakBytes());
+  for (size_t s = 0; s < peaks.size(); ++s) line += " stage " + std::to_string(s) + " " + gpipe::MiB(peaks[s]) + ",";
+  line += " all stages " + gpipe::MiB(gpipe::MemoryTracker::TotalPeakBytes());
   std::printf("%s\n", line.c_str());
 }
 
@@ -187,7 +169,7 @@ int Main(int argc, char** argv) {
     std::printf("summary: %lld steps, median %.1f samples/s\n", static_cast<long long>(steps), median);
   }
   if (!trace.empty()) {
-    WriteFileAtomically(trace, gpipe::ChromeTraceJson(pipe.take_trace(), pipe.worker_names()));
+    gpipe::WriteFileAtomically(trace, gpipe::ChromeTraceJson(pipe.take_trace(), pipe.worker_names()));
     std::printf("wrote trace %s (open in ui.perfetto.dev or chrome://tracing)\n", trace.c_str());
   }
   if (!save.empty()) {
