@@ -7,13 +7,16 @@
 #include <fstream>
 #include <cstdio>
 #include <iostream>
+#include <thread>
 
 #include <boost/program_options.hpp>
 #include <torch/torch.h>
 
 #include "cli/cli_main.h"
 #include "runtime/memory_tracker.h"
+#include "runtime/peer_group.h"
 #include "runtime/pipeline.h"
+#include "runtime/rank_plan.h"
 #include "runtime/sample_input.h"
 
 namespace po = boost::program_options;
@@ -29,6 +32,31 @@ at::Tensor Loss(const std::string& kind, const at::Tensor& output, const at::Ten
   TORCH_CHECK(false, "unknown --loss '", kind, "'; use mse or sum");
 }
 
+// Test hook for the lost-peer tests: GPIPE_TEST_FAILPOINT=kill:RANK:STEP
+// makes that rank die by SIGKILL when the step starts, hang:RANK:STEP makes
+// it stop answering (as a stuck host would).
+void MaybeFailForTesting(int rank, int64_t step) {
+  const char* spec = std::getenv("GPIPE_TEST_FAILPOINT");
+  if (spec == nullptr) return;
+  char kind[8] = {0};
+  int at_rank = -1;
+  long long at_step = -1;
+  if (std::sscanf(spec, "%7[a-z]:%d:%lld", kind, &at_rank, &at_step) != 3) return;
+  if (at_rank != rank || at_step != step) return;
+  std::fflush(stdout);
+  if (std::string(kind) == "kill") std::raise(SIGKILL);
+  if (std::string(kind) == "hang") {
+    for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+  }
+}
+
+// With --trace and several ranks, every rank writes its own timeline.
+std::string RankFile(const std::string& path, int rank, bool distributed) {
+  if (!distributed) return path;
+  std::filesystem::path p(path);
+  return (p.parent_path() / (p.stem().string() + ".rank" + std::to_string(rank) + p.extension().string())).string();
+}
+
 void PrintMemory(size_t num_stages) {
   std::string line = "  peak activation memory:";
   auto peaks = gpipe::MemoryTracker::PeakBytes(num_stages);
@@ -38,8 +66,9 @@ void PrintMemory(size_t num_stages) {
 }
 
 int Main(int argc, char** argv) {
-  std::string artifact, sample_input, loss_kind, checkpoint, devices, save, trace;
+  std::string artifact, sample_input, loss_kind, checkpoint, devices, save, trace, ranks;
   int64_t steps = 10, chunks = 0, seed = 0, threads = 0, threads_per_stage = 0, checkpoint_every = 0;
+  int64_t timeout_s = 300;
   double lr = 0.01;
   po::options_description opts(
       "Usage: gpipe-run ART.gpipe --sample-input SHAPE [options]\n"
@@ -68,7 +97,13 @@ int Main(int argc, char** argv) {
        "stage and micro-batch that produced one")
       ("trace", po::value(&trace), "write a Chrome/Perfetto timeline of every task to this JSON file")
       ("report-memory", "print each stage's peak activation memory per step (counts CPU tensors "
-       "the stage's tasks allocate)");
+       "the stage's tasks allocate)")
+      ("distributed", "run this rank's stages of a multi-process pipeline; reads RANK, WORLD_SIZE, "
+       "MASTER_ADDR, MASTER_PORT (and LOCAL_WORLD_SIZE) as torchrun sets them (see gpipe-launch)")
+      ("ranks", po::value(&ranks), "--distributed: the rank running each stage, e.g. 0,0,1 (default: "
+       "as compiled, else one stage per rank)")
+      ("timeout-s", po::value(&timeout_s)->default_value(300),
+       "--distributed: give up on a peer that is silent this long (seconds)");
   po::variables_map vm;
   if (!gpipe::ParseCommandLine(argc, argv, opts, "artifact", vm)) return 0;
   if (artifact.empty()) throw po::error("the artifact file is missing");
@@ -80,6 +115,9 @@ int Main(int argc, char** argv) {
   if (checkpoint_every > 0 && save.empty()) throw po::error("--checkpoint-every needs --save OUT");
   const bool train = vm.count("train") > 0;
   if (train) Loss(loss_kind, torch::zeros({1}), torch::zeros({1}));  // reject a bad --loss now
+  const bool distributed = vm.count("distributed") > 0;
+  if (vm.count("ranks") && !distributed) throw po::error("--ranks needs --distributed");
+  if (timeout_s < 1) throw po::error("--timeout-s must be at least 1");
 
   gpipe::PipelineOptions options;
   if (chunks > 0) options.chunks = chunks;
@@ -90,6 +128,24 @@ int Main(int argc, char** argv) {
   auto specs = gpipe::ParseInputSpecs(sample_input);
   const bool report_memory = vm.count("report-memory") > 0;
   if (report_memory) gpipe::MemoryTracker::Enable();  // before any stage allocates
+  std::shared_ptr<gpipe::PeerGroup> peers;
+  int rank = 0;
+  if (distributed) {
+    auto peer_options = gpipe::PeerGroupOptionsFromEnvironment();
+    peer_options.timeout = std::chrono::seconds(timeout_s);
+    peers = std::make_shared<gpipe::PeerGroup>(peer_options);
+    rank = peers->rank();
+    // Every rank must run the same steps on the same data, or they wait on each other forever.
+    peers->CheckSameAsRankZero("options (--sample-input, --train, --steps, --lr, --loss, --seed, --save, "
+                               "--checkpoint-every)",
+                               sample_input + "|" + std::to_string(vm.count("train")) + "|" +
+                                   std::to_string(steps) + "|" + std::to_string(lr) + "|" + loss_kind + "|" +
+                                   std::to_string(seed) + "|" + std::to_string(save.empty()) + "|" +
+                                   std::to_string(checkpoint_every));
+    options.peers = peers;
+    if (vm.count("ranks")) options.ranks = gpipe::ParseRanks(gpipe::SplitList(ranks));
+  }
+  const bool verbose = rank == 0;  // rank 0 reports; the others print their summary only
   auto load_start = std::chrono::steady_clock::now();
   gpipe::Pipeline pipe = gpipe::Pipeline::load(artifact, options);
   double load_seconds =
@@ -100,10 +156,16 @@ int Main(int argc, char** argv) {
   torch::manual_seed(seed);
   std::vector<c10::IValue> inputs = gpipe::MakeSampleInputs(specs);
   const int64_t batch = specs[0].shape[0];
-  std::printf("%s: %zu stages, chunks %lld, checkpoint %s, batch %lld, %s (loaded in %.2f s)\n",
-              artifact.c_str(), pipe.num_stages(), static_cast<long long>(pipe.chunks()),
-              gpipe::ToString(pipe.checkpoint()).c_str(), static_cast<long long>(batch),
-              train ? "training" : "inference", load_seconds);
+  if (verbose) {
+    std::printf("%s: %zu stages, chunks %lld, checkpoint %s, batch %lld, %s (loaded in %.2f s)\n",
+                artifact.c_str(), pipe.num_stages(), static_cast<long long>(pipe.chunks()),
+                gpipe::ToString(pipe.checkpoint()).c_str(), static_cast<long long>(batch),
+                train ? "training" : "inference", load_seconds);
+  }
+  if (distributed) {
+    std::printf("rank %d of %d runs %zu of %zu stages%s\n", rank, peers->size(), pipe.num_local_stages(),
+                pipe.num_stages(), pipe.holds_outputs() ? " and computes the loss" : "");
+  }
 
   torch::optim::SGD optimizer(pipe.parameters(), torch::optim::SGDOptions(lr));
   at::Tensor target;
@@ -116,16 +178,18 @@ int Main(int argc, char** argv) {
     gpipe::MemoryTracker::ResetPeaks();
     auto start = std::chrono::steady_clock::now();
     double loss_value = 0;
+    MaybeFailForTesting(rank, step);
     if (train) {
       optimizer.zero_grad();
-      at::Tensor out = pipe.forward(inputs).at(0);
-      if (!target.defined()) target = torch::randn_like(out.detach());
-      at::Tensor loss = Loss(loss_kind, out, target);
-      TORCH_CHECK(std::isfinite(loss.item<double>()), "step ", step, ": the loss is ",
-                  loss.item<double>(), "; lower --lr");
-      loss.backward();
+      loss_value = pipe.train_step(inputs, [&](const std::vector<at::Tensor>& outputs) {
+        const at::Tensor& out = outputs.at(0);
+        if (!target.defined()) target = torch::randn_like(out.detach());
+        return Loss(loss_kind, out, target);
+      });
+      TORCH_CHECK(std::isfinite(loss_value), "step ", step, ": the loss is ", loss_value,
+                  "; the weights were not updated. Lower --lr, or find the first stage and micro-batch "
+                  "producing NaN/Inf with --detect-anomaly");
       optimizer.step();
-      loss_value = loss.item<double>();
     } else {
       torch::NoGradGuard no_grad;
       pipe.forward(inputs);
@@ -134,10 +198,15 @@ int Main(int argc, char** argv) {
     rates.push_back(static_cast<double>(batch) / seconds);
     if (step == 1) first_loss = loss_value;
     last_loss = loss_value;
-    if (train) {
+    if (peers) {  // a Ctrl-C on any rank stops every rank after this step
+      at::Tensor stop = at::full({1}, interrupted ? 1.0 : 0.0, at::kDouble);
+      peers->AllReduceSum(stop, "the end of step " + std::to_string(step));
+      if (stop.item<double>() > 0) interrupted = 1;
+    }
+    if (verbose && train) {
       std::printf("step %lld/%lld  loss %.6f  %.1f samples/s\n", static_cast<long long>(step),
                   static_cast<long long>(steps), loss_value, rates.back());
-    } else {
+    } else if (verbose) {
       std::printf("step %lld/%lld  %.1f samples/s\n", static_cast<long long>(step),
                   static_cast<long long>(steps), rates.back());
     }
@@ -145,11 +214,11 @@ int Main(int argc, char** argv) {
     done = step;
     if (checkpoint_every > 0 && step % checkpoint_every == 0 && step < steps) {
       pipe.save(save);
-      std::printf("checkpoint: saved %s after step %lld\n", save.c_str(), static_cast<long long>(step));
+      if (verbose) std::printf("checkpoint: saved %s after step %lld\n", save.c_str(), static_cast<long long>(step));
     }
     std::fflush(stdout);
   }
-  if (interrupted) {
+  if (interrupted && verbose) {
     std::printf("interrupted after step %lld of %lld\n", static_cast<long long>(done),
                 static_cast<long long>(steps));
   }
@@ -161,7 +230,9 @@ int Main(int argc, char** argv) {
   std::vector<double> steady(rates.size() > 1 ? rates.begin() + 1 : rates.begin(), rates.end());
   std::sort(steady.begin(), steady.end());
   double median = steady[steady.size() / 2];
-  if (train) {
+  if (distributed && !verbose) {
+    std::printf("summary: %lld steps, median %.1f samples/s\n", static_cast<long long>(steps), median);
+  } else if (train) {
     std::printf("summary: %lld steps, loss %.6f -> %.6f, median %.1f samples/s (steps %s)\n",
                 static_cast<long long>(steps), first_loss, last_loss, median,
                 rates.size() > 1 ? "2.." : "1");
@@ -169,12 +240,13 @@ int Main(int argc, char** argv) {
     std::printf("summary: %lld steps, median %.1f samples/s\n", static_cast<long long>(steps), median);
   }
   if (!trace.empty()) {
-    gpipe::WriteFileAtomically(trace, gpipe::ChromeTraceJson(pipe.take_trace(), pipe.worker_names()));
-    std::printf("wrote trace %s (open in ui.perfetto.dev or chrome://tracing)\n", trace.c_str());
+    std::string file = RankFile(trace, rank, distributed);
+    gpipe::WriteFileAtomically(file, gpipe::ChromeTraceJson(pipe.take_trace(), pipe.worker_names()));
+    std::printf("wrote trace %s (open in ui.perfetto.dev or chrome://tracing)\n", file.c_str());
   }
   if (!save.empty()) {
     pipe.save(save);
-    std::printf("saved %s\n", save.c_str());
+    if (verbose) std::printf("saved %s\n", save.c_str());
   }
   return interrupted ? kExitInterrupted : 0;
 }

@@ -119,10 +119,12 @@ std::string ManifestToJson(const Manifest& m) {
       params.push_back({{"name", p.name}, {"original", p.original},
                         {"kind", p.is_buffer ? "buffer" : "parameter"}});
     }
-    stages.push_back({{"file", s.file}, {"device", s.device}, {"units", s.units},
-                      {"inputs", inputs}, {"num_outputs", s.num_outputs}, {"uses_rng", s.uses_rng},
-                      {"mutated_inputs", s.mutated_inputs},
-                      {"parameters", params}});
+    json stage = {{"file", s.file}, {"device", s.device}, {"units", s.units},
+                  {"inputs", inputs}, {"num_outputs", s.num_outputs}, {"uses_rng", s.uses_rng},
+                  {"mutated_inputs", s.mutated_inputs},
+                  {"parameters", params}};
+    if (s.rank >= 0) stage["rank"] = s.rank;
+    stages.push_back(std::move(stage));
   }
   json outputs = json::array();
   for (const auto& v : m.outputs) outputs.push_back(SourceToJson(v));
@@ -184,6 +186,9 @@ Manifest ParseManifest(const std::string& text) {
     st.num_outputs = Field<int64_t>(js, "num_outputs", where);
     st.uses_rng = Field<bool>(js, "uses_rng", where);
     st.mutated_inputs = OptionalField<std::vector<int64_t>>(js, "mutated_inputs", where, {});
+    st.rank = OptionalField<int64_t>(js, "rank", where, -1);
+    TORCH_CHECK(!js.contains("rank") || st.rank >= 0, "manifest: ", where, " has rank ", st.rank,
+                "; a rank is a non-negative integer");
     for (const auto& p : ArrayField(js, "parameters", where)) {
       ParameterEntry e;
       e.name = Field<std::string>(p, "name", "a parameter of " + where);
@@ -222,6 +227,10 @@ void ValidateManifest(const Manifest& m) {
     }
   }
   for (const auto& v : m.outputs) CheckSource(v, m, num_stages, "a model output");
+  for (const auto& st : m.stages) {
+    TORCH_CHECK((st.rank >= 0) == (m.stages[0].rank >= 0),
+                "manifest: some stages have a rank and some do not; give every stage one or none");
+  }
 }
 
 }  // namespace gpipe

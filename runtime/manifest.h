@@ -36,6 +36,7 @@ struct StageEntry {
   int64_t num_outputs = 0;
   bool uses_rng = false;  // has a nondeterministic op: takes turns on the shared generator
   std::vector<int64_t> mutated_inputs;  // inputs the stage writes to in place: passed as copies
+  int64_t rank = -1;  // process running the stage with --distributed (-1: one stage per rank)
   std::vector<ParameterEntry> parameters;
 };
 

@@ -1,6 +1,7 @@
 #include "runtime/pipeline.h"
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <thread>
 #include <sstream>
@@ -10,6 +11,7 @@
 #include <torch/script.h>
 
 #include "runtime/artifact.h"
+#include "runtime/peer_group.h"
 #include "runtime/pipeline_backward.h"
 #include "runtime/pipeline_core.h"
 #include "runtime/pipeline_error.h"
@@ -37,18 +39,24 @@ torch::jit::Module LoadStageModule(const ArtifactReader& reader, const std::stri
 }
 
 // CPU "devices" are cores: every CPU stage gets its own worker so stages run
-// concurrently. Stages on one GPU share that device's worker.
-std::vector<size_t> AssignWorkers(const std::vector<Stage>& stages, int threads_per_stage,
+// concurrently. Stages on one GPU share that device's worker. The cores are
+// shared by the CPU stages of every process on this machine.
+std::vector<size_t> AssignWorkers(const std::vector<Stage>& stages, const RankPlan& ranks,
+                                  int threads_per_stage, int processes_per_machine,
                                   std::vector<std::unique_ptr<Worker>>& workers) {
   if (threads_per_stage == 0) {
     int cpu_stages = 0;
-    for (const auto& stage : stages) cpu_stages += stage.device.is_cpu();
+    for (const auto& stage : stages) cpu_stages += ranks.IsLocal(stage.index) && stage.device.is_cpu();
     int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    threads_per_stage = std::max(1, cores / std::max(1, cpu_stages));
+    threads_per_stage = std::max(1, cores / std::max(1, cpu_stages * processes_per_machine));
   }
   std::map<std::string, size_t> by_device;
   std::vector<size_t> worker_of_stage;
   for (const auto& stage : stages) {
+    if (!ranks.IsLocal(stage.index)) {
+      worker_of_stage.push_back(SIZE_MAX);
+      continue;
+    }
     std::string key = stage.device.is_cpu() ? "cpu/stage" + std::to_string(stage.index)
                                             : stage.device.str();
     auto it = by_device.find(key);
@@ -60,6 +68,40 @@ std::vector<size_t> AssignWorkers(const std::vector<Stage>& stages, int threads_
     worker_of_stage.push_back(it->second);
   }
   return worker_of_stage;
+}
+
+// What every rank must agree on: the artifact (weights aside) and the options
+// that shape the schedule. Devices may differ between hosts.
+std::string Fingerprint(Manifest manifest, const RankPlan& ranks) {
+  for (auto& stage : manifest.stages) stage.device.clear();
+  std::string text = ManifestToJson(manifest) + "ranks:";
+  for (int r : ranks.rank_of_stage()) text += std::to_string(r) + ",";
+  return text;
+}
+
+// Rank 0 receives the serialized stages of every other rank (sizes first).
+void GatherOnRankZero(PeerGroup& peers, const RankPlan& ranks, std::vector<ArtifactRecord>& records) {
+  for (size_t s = 0; s < records.size(); ++s) {
+    const int owner = ranks.rank_of(s);
+    if (owner == 0 || (peers.rank() != 0 && peers.rank() != owner)) continue;
+    const int message = ranks.SaveMessage(s);
+    const std::string what = "stage " + std::to_string(s) + "'s weights for the saved artifact";
+    at::Tensor size = at::zeros({1}, at::kLong);
+    if (peers.rank() == owner) {
+      const std::string& bytes = records[s].bytes;
+      size.fill_(static_cast<int64_t>(bytes.size()));
+      at::Tensor data = at::empty({static_cast<int64_t>(bytes.size())}, at::kByte);
+      std::memcpy(data.data_ptr(), bytes.data(), bytes.size());
+      peers.Send(size, 0, 2 * message, what);
+      peers.Send(data, 0, 2 * message + 1, what);
+    } else {
+      peers.Recv(size, owner, 2 * message, what);
+      at::Tensor data = at::empty({size.item<int64_t>()}, at::kByte);
+      peers.Recv(data, owner, 2 * message + 1, what);
+      records[s].bytes.assign(static_cast<const char*>(data.data_ptr()), static_cast<size_t>(data.numel()));
+    }
+  }
+  peers.WaitSends();
 }
 
 }  // namespace
@@ -83,15 +125,24 @@ Pipeline Pipeline::load(const std::string& path, const PipelineOptions& options)
   core->chunks = manifest.chunks;
   core->detect_anomaly = options.detect_anomaly;
   core->checkpoint = manifest.checkpoint;
+  TORCH_CHECK(options.ranks.empty() || options.peers, "--ranks assigns stages to processes; it needs --distributed");
+  if (options.peers) {
+    core->peers = options.peers;
+    core->ranks = RankPlan(manifest, options.peers->rank(), options.peers->size(), options.ranks);
+  }
   for (size_t s = 0; s < num_stages; ++s) {
     const StageEntry& entry = manifest.stages[s];
     Stage stage;
     stage.index = s;
-    stage.device = ParseDevice(entry.device);
-    stage.module = LoadStageModule(reader, path, s, stage.device);
     stage.inputs = entry.inputs;
     stage.num_outputs = entry.num_outputs;
     stage.uses_rng = entry.uses_rng;
+    if (!core->ranks.IsLocal(s)) {  // another process loads and runs it
+      core->stages.push_back(std::move(stage));
+      continue;
+    }
+    stage.device = ParseDevice(entry.device);
+    stage.module = LoadStageModule(reader, path, s, stage.device);
     stage.mutated_inputs = entry.mutated_inputs;
     stage.parameters = entry.parameters;
     stage.commits_batch_norm = stage.module.find_method(kCommitBatchNormMethod).has_value();
@@ -99,7 +150,13 @@ Pipeline Pipeline::load(const std::string& path, const PipelineOptions& options)
   }
   TORCH_CHECK(options.threads_per_stage >= -1, "threads per stage is ", options.threads_per_stage,
               "; use a positive count, 0 (automatic) or -1 (LibTorch's default)");
-  core->worker_of_stage = AssignWorkers(core->stages, options.threads_per_stage, core->workers);
+  const int processes_per_machine = options.peers ? options.peers->options().local_world_size : 1;
+  core->worker_of_stage = AssignWorkers(core->stages, core->ranks, options.threads_per_stage,
+                                        processes_per_machine, core->workers);
+  if (core->peers) {
+    core->peers->CheckSameAsRankZero("an artifact or options (chunks, checkpoint, --ranks)",
+                                     Fingerprint(manifest, core->ranks));
+  }
   return Pipeline(std::move(core));
 }
 
@@ -109,15 +166,11 @@ at::Tensor Pipeline::forward(const at::Tensor& input) {
   return forward(std::vector<c10::IValue>{input}).at(0);
 }
 
-std::vector<at::Tensor> Pipeline::forward(const std::vector<c10::IValue>& inputs) {
+std::shared_ptr<PipelineRun> Pipeline::RunForward(const std::vector<c10::IValue>& inputs, bool needs_grad,
+                                                 std::vector<at::Tensor>& outputs) {
   const Manifest& manifest = core_->manifest;
   TORCH_CHECK(inputs.size() == manifest.input_names.size(), "the model takes ",
               manifest.input_names.size(), " inputs but forward got ", inputs.size());
-  bool needs_grad = false;
-  if (at::GradMode::is_enabled()) {
-    for (const auto& v : inputs) needs_grad = needs_grad || (v.isTensor() && v.toTensor().requires_grad());
-    for (const auto& p : parameters()) needs_grad = needs_grad || p.requires_grad();
-  }
   auto run = std::make_shared<PipelineRun>(core_, Scatter(inputs, core_->chunks), needs_grad);
   run->Forward();
   {
@@ -127,21 +180,25 @@ std::vector<at::Tensor> Pipeline::forward(const std::vector<c10::IValue>& inputs
       if (stage.commits_batch_norm && stage.module.is_training()) stage.module.run_method(kCommitBatchNormMethod);
     }
   }
-
-  std::vector<at::Tensor> outputs;
-  {
-    at::NoGradGuard no_grad;  // gather outside the stage graphs
-    for (size_t k = 0; k < manifest.outputs.size(); ++k) {
-      auto parts = run->OutputParts(k);
-      for (auto& p : parts) p = p.detach();
-      at::Tensor gathered = Gather(parts);
-      // A fresh variable even for one micro-batch, so that it can own the
-      // pipeline's autograd node instead of the stage's.
-      outputs.push_back(torch::autograd::make_variable(gathered.tensor_data(), false));
-    }
+  if (!core_->ranks.HoldsOutputs()) return run;
+  at::NoGradGuard no_grad;  // gather outside the stage graphs
+  for (size_t k = 0; k < manifest.outputs.size(); ++k) {
+    auto parts = run->OutputParts(k);
+    for (auto& p : parts) p = p.detach();
+    at::Tensor gathered = Gather(parts);
+    // A fresh variable even for one micro-batch, so that it can own the
+    // pipeline's autograd node instead of the stage's.
+    outputs.push_back(torch::autograd::make_variable(gathered.tensor_data(), false));
   }
-  if (!needs_grad) return outputs;
+  return run;
+}
 
+namespace {
+
+// Makes the gathered outputs autograd-connected: their gradients run the
+// pipelined backward schedule, which hands back the inputs' gradients.
+void AttachBackward(const std::shared_ptr<PipelineRun>& run, const std::vector<c10::IValue>& inputs,
+                    std::vector<at::Tensor>& outputs) {
   std::vector<size_t> grad_inputs;
   std::vector<at::Tensor> grad_input_tensors;
   for (size_t k = 0; k < inputs.size(); ++k) {
@@ -161,12 +218,53 @@ std::vector<at::Tensor> Pipeline::forward(const std::vector<c10::IValue>& inputs
       torch::autograd::deleteNode);
   node->set_next_edges(torch::autograd::collect_next_edges(grad_input_tensors));
   for (size_t k : grad_outputs) torch::autograd::set_history(outputs[k], node);
+}
+
+}  // namespace
+
+std::vector<at::Tensor> Pipeline::forward(const std::vector<c10::IValue>& inputs) {
+  TORCH_CHECK(!core_->peers || !at::GradMode::is_enabled(),
+              "forward() of a multi-process pipeline runs inference only: call it under "
+              "torch::NoGradGuard, and train with train_step(), which runs every rank's backward");
+  bool needs_grad = false;
+  if (at::GradMode::is_enabled()) {
+    for (const auto& v : inputs) needs_grad = needs_grad || (v.isTensor() && v.toTensor().requires_grad());
+    for (const auto& p : parameters()) needs_grad = needs_grad || p.requires_grad();
+  }
+  std::vector<at::Tensor> outputs;
+  auto run = RunForward(inputs, needs_grad, outputs);
+  if (needs_grad) AttachBackward(run, inputs, outputs);
   return outputs;
+}
+
+double Pipeline::train_step(const std::vector<c10::IValue>& inputs, const LossFunction& loss) {
+  at::AutoGradMode grad_mode(true);
+  if (!core_->peers) {
+    at::Tensor value = loss(forward(inputs));
+    value.backward();
+    return value.item<double>();
+  }
+  // Every rank runs its part of both schedules; needs_grad must agree across
+  // ranks, so it does not depend on which parameters this rank holds.
+  std::vector<at::Tensor> outputs;
+  auto run = RunForward(inputs, true, outputs);
+  at::Tensor total = at::zeros({1}, at::kDouble);
+  if (core_->ranks.HoldsOutputs()) {
+    AttachBackward(run, inputs, outputs);
+    at::Tensor value = loss(outputs);
+    total.fill_(value.item<double>());
+    value.backward();
+  } else {
+    run->Backward({});
+  }
+  core_->peers->AllReduceSum(total, "the loss of this step");
+  return total.item<double>();
 }
 
 std::vector<std::pair<std::string, at::Tensor>> Pipeline::named_tensors(bool buffers) const {
   std::vector<std::pair<std::string, at::Tensor>> out;
   for (const auto& stage : core_->stages) {
+    if (!core_->ranks.IsLocal(stage.index)) continue;
     for (const auto& p : stage.parameters) {
       if (p.is_buffer != buffers) continue;
       out.emplace_back(p.original, stage.module.attr(p.name).toTensor());
@@ -190,10 +288,17 @@ std::vector<at::Tensor> Pipeline::parameters() const {
 }
 
 void Pipeline::train(bool on) {
-  for (auto& stage : core_->stages) stage.module.train(on);
+  for (auto& stage : core_->stages) {
+    if (core_->ranks.IsLocal(stage.index)) stage.module.train(on);
+  }
 }
 
-bool Pipeline::is_training() const { return core_->stages.front().module.is_training(); }
+bool Pipeline::is_training() const {
+  for (const auto& stage : core_->stages) {
+    if (core_->ranks.IsLocal(stage.index)) return stage.module.is_training();
+  }
+  return false;
+}
 
 void Pipeline::save(const std::string& path) const {
   Manifest manifest = core_->manifest;
@@ -202,10 +307,16 @@ void Pipeline::save(const std::string& path) const {
   std::vector<ArtifactRecord> records;
   for (size_t s = 0; s < core_->stages.size(); ++s) {
     std::ostringstream bytes;
-    core_->stages[s].module.save(bytes);
+    if (core_->ranks.IsLocal(s)) core_->stages[s].module.save(bytes);
     records.push_back({manifest.stages[s].file, bytes.str()});
   }
-  WriteArtifact(path, manifest, records);
+  if (!core_->peers) {
+    WriteArtifact(path, manifest, records);
+    return;
+  }
+  GatherOnRankZero(*core_->peers, core_->ranks, records);
+  if (core_->peers->rank() == 0) WriteArtifact(path, manifest, records);
+  core_->peers->Barrier("rank 0 to write " + path);
 }
 
 void Pipeline::set_tracing(bool on) { core_->trace.set_enabled(on); }
@@ -217,6 +328,12 @@ std::vector<std::string> Pipeline::worker_names() const {
 }
 
 size_t Pipeline::num_stages() const { return core_->stages.size(); }
+size_t Pipeline::num_local_stages() const {
+  size_t n = 0;
+  for (size_t s = 0; s < core_->stages.size(); ++s) n += core_->ranks.IsLocal(s);
+  return n;
+}
+bool Pipeline::holds_outputs() const { return core_->ranks.HoldsOutputs(); }
 int64_t Pipeline::chunks() const { return core_->chunks; }
 void Pipeline::set_chunks(int64_t chunks) {
   TORCH_CHECK(chunks >= 1, "chunks is ", chunks, "; it must be at least 1");

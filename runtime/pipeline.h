@@ -1,5 +1,6 @@
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -16,6 +17,8 @@
 namespace gpipe {
 
 struct PipelineCore;
+class PeerGroup;
+class PipelineRun;
 
 // Overrides for what the artifact's manifest says.
 struct PipelineOptions {
@@ -29,7 +32,15 @@ struct PipelineOptions {
   // (backward) for NaN/Inf; the error names the first stage and micro-batch
   // in schedule order that produced one. Costs one reduction per tensor.
   bool detect_anomaly = false;
+  // Several processes (see PeerGroup and RankPlan): this process's group;
+  // it loads and runs only its own stages. `ranks`: the rank of each stage
+  // (empty = the manifest's assignment, else one stage per rank).
+  std::shared_ptr<PeerGroup> peers;
+  std::vector<int> ranks;
 };
+
+// Computes the loss from the model's outputs (a scalar tensor).
+using LossFunction = std::function<at::Tensor(const std::vector<at::Tensor>& outputs)>;
 
 // A pipelined model loaded from a gpipe artifact. forward() splits the batch
 // into micro-batches and runs them through the stages on worker threads
@@ -41,9 +52,19 @@ class Pipeline {
   static Pipeline load(const std::string& path, const PipelineOptions& options = {});
 
   at::Tensor forward(const at::Tensor& input);  // single-input, single-output models
+  // With several processes, every rank calls forward with the same inputs
+  // (under NoGradGuard: train with train_step); the rank holding the model
+  // outputs (holds_outputs()) gets them, the others an empty vector.
   std::vector<at::Tensor> forward(const std::vector<c10::IValue>& inputs);
 
+  // One training step's forward and backward: loss(forward(inputs)).backward(),
+  // filling the parameters' .grad. With several processes, every rank calls
+  // it with the same inputs; `loss` runs on the rank holding the outputs and
+  // every rank gets the loss's value back.
+  double train_step(const std::vector<c10::IValue>& inputs, const LossFunction& loss);
+
   // Trainable parameters, in stage order; names are the original model's.
+  // With several processes: those of this rank's stages only.
   std::vector<at::Tensor> parameters() const;
   std::vector<std::pair<std::string, at::Tensor>> named_parameters() const;
   std::vector<std::pair<std::string, at::Tensor>> named_buffers() const;
@@ -53,6 +74,8 @@ class Pipeline {
   bool is_training() const;
 
   // Writes the current weights as an artifact, atomically (see WriteArtifact).
+  // With several processes, a collective call: rank 0 gathers every stage
+  // and writes one artifact that loads back in a single process.
   void save(const std::string& path) const;
 
   // Task timing (see TaskTrace): off by default.
@@ -61,6 +84,8 @@ class Pipeline {
   std::vector<std::string> worker_names() const;
 
   size_t num_stages() const;
+  size_t num_local_stages() const;
+  bool holds_outputs() const;
   int64_t chunks() const;
   void set_chunks(int64_t chunks);
   CheckpointMode checkpoint() const;
@@ -69,6 +94,8 @@ class Pipeline {
 
  private:
   explicit Pipeline(std::shared_ptr<PipelineCore> core);
+  std::shared_ptr<PipelineRun> RunForward(const std::vector<c10::IValue>& inputs, bool needs_grad,
+                                          std::vector<at::Tensor>& outputs);
   std::vector<std::pair<std::string, at::Tensor>> named_tensors(bool buffers) const;
   std::shared_ptr<PipelineCore> core_;
 };

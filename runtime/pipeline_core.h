@@ -6,6 +6,8 @@
 
 #include "runtime/checkpoint_mode.h"
 #include "runtime/manifest.h"
+#include "runtime/peer_group.h"
+#include "runtime/rank_plan.h"
 #include "runtime/rng_turnstile.h"
 #include "runtime/stage.h"
 #include "runtime/task_trace.h"
@@ -20,7 +22,9 @@ struct PipelineCore {
   Manifest manifest;
   std::vector<Stage> stages;
   std::vector<std::unique_ptr<Worker>> workers;
-  std::vector<size_t> worker_of_stage;
+  std::vector<size_t> worker_of_stage;  // SIZE_MAX for another rank's stage
+  RankPlan ranks;                       // which process runs which stage
+  std::shared_ptr<PeerGroup> peers;     // null in one process
   RngTurnstile turnstile;
   TaskTrace trace;
   std::mutex run_mutex;  // one forward or backward schedule at a time

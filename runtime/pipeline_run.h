@@ -47,9 +47,22 @@ class PipelineRun {
     std::vector<at::Tensor> output_grads;
     bool checkpointed = false;
     RngState rng;  // generator state before the forward, for an exact recompute
+    int rng_from = -1;  // several processes: the rank handing this task the generator state
+    int rng_to = -1;    // and the rank it hands it on to (-1: this rank, no message)
+    size_t rng_hop = 0;
   };
 
   void RunForwardTask(size_t i, size_t j, uint64_t ticket);
+  // Multi-process: values and gradients crossing to other ranks.
+  bool IsRemote(const ValueSource& source) const;
+  c10::IValue ReceiveInput(size_t i, size_t j, size_t n, bool backward);
+  void SendOutputs(size_t i, size_t j);
+  void ReceiveOutputGrads(size_t i, size_t j);
+  void ReceiveModelOutputs();
+  void SendModelOutputGrads(const std::vector<at::Tensor>& output_grads);
+  void PlanRngRelay(const std::vector<std::vector<Task>>& clocks);
+  void SendRngState(int peer, size_t hop);
+  void ReceiveRngState(int peer, size_t hop);
   void RunBackwardTask(size_t i, size_t j, uint64_t ticket);
   void Schedule(const std::vector<std::vector<Task>>& clocks, bool forward);
   c10::IValue SourceValue(size_t i, const ValueSource& source) const;
@@ -60,6 +73,9 @@ class PipelineRun {
   bool needs_grad_;
   std::vector<std::vector<Slot>> slots_;          // [micro-batch][stage]
   std::vector<std::vector<at::Tensor>> input_grads_;  // [micro-batch][model input]
+  std::vector<std::vector<c10::IValue>> remote_outputs_;  // [micro-batch][model output] from other ranks
+  int rng_home_from_ = -1;  // the rank returning the generator state after the forward (see PlanRngRelay)
+  size_t rng_home_hop_ = 0;
 };
 
 }  // namespace gpipe

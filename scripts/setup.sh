@@ -9,7 +9,8 @@ PACKAGES=(
   libtorch-dev python3-torch python3-torchvision   # LibTorch 1.13 + the export side
   libopenblas0-pthread                             # 35x faster GEMM than the reference BLAS
   libgloo-dev                                      # c10d Gloo headers (multi-process stages)
-  libboost-program-options-dev nlohmann-json3-dev libgtest-dev
+  libboost-program-options-dev libboost-filesystem-dev  # gpipe-launch (Boost.Process)
+  nlohmann-json3-dev libgtest-dev
   unzip graphviz                                   # gpipe-inspect --svg
 )
 missing=()

@@ -4,10 +4,16 @@
 #include <atomic>
 #include <cstdio>
 
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <future>
+
 #include <ATen/ATen.h>
+
+#include "runtime/peer_group.h"
 
 namespace gpipe::testing {
 
@@ -43,6 +49,40 @@ CommandResult RunShell(const std::string& command_line) {
   while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) output.append(buffer.data(), n);
   int status = ::pclose(pipe);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+int FreeTcpPort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = 0;
+  socklen_t length = sizeof address;
+  int port = -1;
+  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
+    port = ntohs(address.sin_port);
+  }
+  if (fd >= 0) ::close(fd);
+  return port;
+}
+
+void RunRanksInThreads(int world, const std::function<void(const std::shared_ptr<PeerGroup>&)>& body) {
+  const int port = FreeTcpPort();
+  std::vector<std::future<void>> ranks;
+  for (int rank = 0; rank < world; ++rank) {
+    ranks.push_back(std::async(std::launch::async, [&, rank] {
+      PeerGroupOptions options;
+      options.rank = rank;
+      options.world_size = world;
+      options.master_addr = "127.0.0.1";
+      options.master_port = port;
+      options.timeout = std::chrono::seconds(30);
+      body(std::make_shared<PeerGroup>(options));
+    }));
+  }
+  for (auto& r : ranks) r.wait();
+  for (auto& r : ranks) r.get();
 }
 
 double MaxAbsDiff(const at::Tensor& a, const at::Tensor& b) {

@@ -1,11 +1,17 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+
+namespace gpipe {
+class PeerGroup;
+}
 
 namespace gpipe::testing {
 
@@ -36,6 +42,14 @@ CommandResult RunShell(const std::string& command);
 
 // Absolute path of one of the project's CLIs.
 std::string CliPath(const std::string& tool);
+
+// A loopback TCP port that was free a moment ago (for rendezvous in tests).
+int FreeTcpPort();
+
+// Runs `body` as every rank of a fresh `world`-process group, one thread per
+// rank in this process (a real TCPStore and Gloo group on loopback); returns
+// after all have finished and rethrows the first failure.
+void RunRanksInThreads(int world, const std::function<void(const std::shared_ptr<PeerGroup>&)>& body);
 
 // Largest |a - b|; both must have the same shape.
 double MaxAbsDiff(const at::Tensor& a, const at::Tensor& b);

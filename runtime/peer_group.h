@@ -1,0 +1,73 @@
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+namespace gpipe {
+
+// Where this process sits among the processes of a multi-process pipeline.
+// The fields are torchrun's environment variables, so that gpipe-launch,
+// torchrun --no-python and a cluster scheduler can all start gpipe-run.
+struct PeerGroupOptions {
+  int rank = 0;              // RANK
+  int world_size = 1;        // WORLD_SIZE
+  int local_world_size = 1;  // LOCAL_WORLD_SIZE: processes sharing this machine's cores
+  std::string master_addr;   // MASTER_ADDR: host of rank 0's TCPStore
+  int master_port = 0;       // MASTER_PORT
+  std::chrono::milliseconds timeout{std::chrono::minutes(5)};  // any wait on a peer
+};
+
+// Reads RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and LOCAL_WORLD_SIZE;
+// a missing or malformed variable is an error naming it.
+PeerGroupOptions PeerGroupOptionsFromEnvironment();
+
+// The processes of one pipeline, connected by c10d: a TCPStore rendezvous on
+// rank 0 and a Gloo process group. The only file that includes c10d, so that
+// LibTorch's API differences between versions stay here.
+//
+// Every failure of a peer (exited, crashed, or silent for longer than the
+// timeout) becomes an error that names the peer and what was being waited for.
+// Sends are asynchronous: they complete once the peer has received them, and
+// WaitSends() waits for all of them.
+class PeerGroup {
+ public:
+  explicit PeerGroup(const PeerGroupOptions& options);
+  ~PeerGroup();
+  PeerGroup(const PeerGroup&) = delete;
+  PeerGroup& operator=(const PeerGroup&) = delete;
+
+  int rank() const { return options_.rank; }
+  int size() const { return options_.world_size; }
+  const PeerGroupOptions& options() const { return options_; }
+
+  // `what` names the message in errors, e.g. "stage 1's output 0 for micro-batch 3".
+  void Send(const at::Tensor& tensor, int peer, int tag, const std::string& what);
+  void Recv(at::Tensor& tensor, int peer, int tag, const std::string& what);
+  void WaitSends();
+
+  // Element-wise sum over every rank, in place; a collective call.
+  void AllReduceSum(at::Tensor& tensor, const std::string& what);
+  void Barrier(const std::string& what);
+
+  // Fails on every rank whose `value` differs from rank 0's, naming `what`
+  // (e.g. the artifact and options a rank was started with).
+  void CheckSameAsRankZero(const std::string& what, const std::string& value);
+
+ private:
+  struct Impl;
+  struct PendingSend;
+  [[noreturn]] void Fail(const std::exception& e, int peer, const std::string& what) const;
+  std::string FirstFailure(const std::string& report) const;
+
+  PeerGroupOptions options_;
+  std::unique_ptr<Impl> impl_;
+  std::mutex pending_mutex_;
+  std::vector<std::unique_ptr<PendingSend>> pending_;
+};
+
+}  // namespace gpipe
