@@ -7,6 +7,7 @@
 #include <boost/program_options.hpp>
 
 #include "cli/cli_main.h"
+#include "runtime/rank_plan.h"
 #include "compiler/compile.h"
 #include "compiler/stage_plan.h"
 #include "compiler/verify.h"
@@ -70,7 +71,7 @@ void PrintPlan(const gpipe::CompileReport& report) {
 }
 
 int Main(int argc, char** argv) {
-  std::string model, output, balance, devices, checkpoint, sample_input, split_before, balance_by;
+  std::string model, output, balance, devices, ranks, checkpoint, sample_input, split_before, balance_by;
   std::string optimizer;
   int64_t stages = 1, chunks = 1, profile_steps = 5, unit_depth = 1, calibrate = 2;
   double tolerance = 1e-5;
@@ -104,6 +105,8 @@ int Main(int argc, char** argv) {
       ("checkpoint", po::value(&checkpoint)->default_value("except_last"),
        "recomputation: always, except_last or never")
       ("devices", po::value(&devices), "one device per stage, e.g. cpu,cpu or cuda:0,cuda:1 (default: all cpu)")
+      ("ranks", po::value(&ranks), "for gpipe-run --distributed: the process (rank) running each stage, "
+       "e.g. 0,0,1 (default: one stage per rank)")
       ("deferred-batch-norm", "update batch-norm running statistics once per mini-batch, from all "
        "micro-batches together (as the unpipelined model), instead of once per micro-batch")
       ("verify", "after writing, compare outputs and gradients with the original model")
@@ -140,6 +143,7 @@ int Main(int argc, char** argv) {
   options.deferred_batch_norm = vm.count("deferred-batch-norm") > 0;
   options.checkpoint = gpipe::ParseCheckpointMode(checkpoint);
   if (vm.count("devices")) options.devices = gpipe::SplitList(devices);
+  if (vm.count("ranks")) options.ranks = gpipe::ParseRanks(gpipe::SplitList(ranks));
   std::vector<gpipe::InputSpec> specs;
   if (!sample_input.empty()) specs = gpipe::ParseInputSpecs(sample_input);
   options.sample_inputs = specs;

@@ -142,7 +142,8 @@ int Main(int argc, char** argv) {
     for (const auto& u : st.units) units += (units.empty() ? "" : ",") + u;
     std::string cost;
     if (!stage_costs.empty()) cost = "  cost " + CostText(m, stage_costs[s]);
-    std::printf("stage %zu  device %s  nodes %zu  parameters %lld (%s)%s%s  units %s\n", s, st.device.c_str(),
+    std::string device = st.device + (st.rank >= 0 ? "  rank " + std::to_string(st.rank) : "");
+    std::printf("stage %zu  device %s  nodes %zu  parameters %lld (%s)%s%s  units %s\n", s, device.c_str(),
                 nodes, static_cast<long long>(elements), gpipe::MiB(bytes).c_str(), st.uses_rng ? "  random" : "",
                 cost.c_str(), units.c_str());
     for (size_t k = 0; k < st.inputs.size(); ++k) {

@@ -186,7 +186,8 @@ int Main(int argc, char** argv) {
         if (!target.defined()) target = torch::randn_like(out.detach());
         return Loss(loss_kind, out, target);
       });
-      TORCH_CHECK(std::isfinite(loss_value), "step ", step, ": the loss is ", loss_value,
+      TORCH_CHECK(std::isfinite(loss_value), "step ", step, ": the loss is ",
+                  std::isnan(loss_value) ? "NaN" : (loss_value > 0 ? "+Inf" : "-Inf"),
                   "; the weights were not updated. Lower --lr, or find the first stage and micro-batch "
                   "producing NaN/Inf with --detect-anomaly");
       optimizer.step();

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <set>
 #include <limits>
 #include <sstream>
 
@@ -38,6 +39,14 @@ BuiltPipeline BuildPipeline(const LoweredModel& lowered, const std::vector<Parti
   TORCH_CHECK(devices.size() == num_stages, "--devices lists ", devices.size(),
               " devices but there are ", num_stages, " stages; give one device per stage");
   for (const auto& d : devices) ParseDevice(d);  // fail before the work, not at run time
+  if (!options.ranks.empty()) {
+    TORCH_CHECK(options.ranks.size() == num_stages, "--ranks lists ", options.ranks.size(),
+                " ranks but there are ", num_stages, " stages; give one rank per stage");
+    std::set<int> used(options.ranks.begin(), options.ranks.end());
+    TORCH_CHECK(*used.begin() == 0 && *used.rbegin() == static_cast<int>(used.size()) - 1, "--ranks uses ranks ",
+                c10::Join(",", std::vector<int>(used.begin(), used.end())),
+                "; every rank from 0 to the largest must run a stage");
+  }
 
   SplitResult split = SplitStages(lowered.graph, plan, lowered.num_inputs);
   BuiltPipeline built;
@@ -54,6 +63,7 @@ BuiltPipeline BuildPipeline(const LoweredModel& lowered, const std::vector<Parti
     StageEntry entry;
     entry.file = "stage_" + std::to_string(s) + ".pt";
     entry.device = devices[s];
+    if (!options.ranks.empty()) entry.rank = options.ranks[s];
     size_t end_node = s + 1 < num_stages ? plan.first_node[s + 1] : SIZE_MAX;
     int64_t count = 0;
     for (; unit < units.size() && units[unit].begin < end_node; ++unit, ++count) {

@@ -48,6 +48,19 @@ TEST(Cli, CompileVerifyTrainSaveAndRunTheTrainedArtifact) {
   EXPECT_OUTPUT_HAS(inference, "inference");
 }
 
+TEST(Cli, NonFiniteLossStopsBeforeTheUpdate) {
+  TempDir dir;
+  auto compiled = RunCli("gpipe-compile", TestModel("mlp9.pt") + " -o " + dir.path("m.gpipe") + " --stages 2");
+  ASSERT_EQ(compiled.exit_code, 0) << compiled.output;
+  auto run = RunCli("gpipe-run", dir.path("m.gpipe") + " --sample-input 12x16 --train --steps 5 --lr 1e30 --save " +
+                                     dir.path("out.gpipe"));
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_OUTPUT_HAS(run, "step 1/5  loss ");
+  EXPECT_OUTPUT_HAS(run, "gpipe-run: error: step 2: the loss is NaN; the weights were not updated. Lower --lr, or "
+                         "find the first stage and micro-batch producing NaN/Inf with --detect-anomaly\n");
+  EXPECT_FALSE(std::filesystem::exists(dir.path("out.gpipe"))) << "diverged weights were saved";
+}
+
 TEST(Cli, HelpListsEveryOptionWithItsDefault) {
   auto compile = RunCli("gpipe-compile", "--help");
   EXPECT_EQ(compile.exit_code, 0);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
 
 #include <map>
 #include <mutex>
@@ -66,6 +67,15 @@ TEST(Distributed, TwoAndThreeProcessesTrainExactlyLikeOneProcess) {
   ASSERT_EQ(two.exit_code, 0) << two.output;
   EXPECT_OUTPUT_HAS(two, "[rank 1] rank 1 of 2 runs 2 of 3 stages and computes the loss\n");
   ExpectSameParameters(dir.path("single.gpipe"), dir.path("two.gpipe"));
+
+  // Ranks chosen at compile time are the default at run time.
+  auto compiled = RunCli("gpipe-compile", TestModel("mlp9.pt") + " -o " + dir.path("r.gpipe") +
+                                              " --stages 3 --chunks 4 --ranks 0,0,1");
+  ASSERT_EQ(compiled.exit_code, 0) << compiled.output;
+  auto by_manifest = RunCli("gpipe-launch", "--nproc 2 " + dir.path("r.gpipe") + kTrain + " --save " + dir.path("r2.gpipe"));
+  ASSERT_EQ(by_manifest.exit_code, 0) << by_manifest.output;
+  EXPECT_OUTPUT_HAS(by_manifest, "[rank 0] rank 0 of 2 runs 2 of 3 stages\n");
+  ExpectSameParameters(dir.path("single.gpipe"), dir.path("r2.gpipe"));
 
   // The loss each step is the one process's, digit for digit.
   auto loss_line = [](const std::string& output, const std::string& prefix) {
@@ -202,6 +212,11 @@ TEST(Distributed, MismatchedRanksAndMissingEnvironmentAreClearErrors) {
   auto ranks_alone = RunCli("gpipe-run", art + " --sample-input 12x16 --ranks 0,0,1");
   EXPECT_EQ(ranks_alone.exit_code, 2) << ranks_alone.output;
   EXPECT_OUTPUT_HAS(ranks_alone, "--ranks needs --distributed");
+
+  auto gap = RunCli("gpipe-compile", TestModel("mlp9.pt") + " -o " + dir.path("gap.gpipe") + " --stages 3 --ranks 0,2,2");
+  EXPECT_EQ(gap.exit_code, 1) << gap.output;
+  EXPECT_OUTPUT_HAS(gap, "gpipe-compile: error: --ranks uses ranks 0,2; every rank from 0 to the largest must run a stage");
+  EXPECT_FALSE(std::filesystem::exists(dir.path("gap.gpipe")));
 
   auto no_artifact = RunCli("gpipe-launch", "--nproc 2 --steps 3");
   EXPECT_EQ(no_artifact.exit_code, 2) << no_artifact.output;
