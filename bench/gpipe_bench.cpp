@@ -27,15 +27,32 @@ struct Config {
   std::string label;
   int64_t stages, chunks;
   gpipe::CheckpointMode checkpoint;
+  bool one_worker = false;    // ablation "+one-worker": all stages on one thread
+  bool pass_through = false;  // ablation "+pass-through": skips relayed through every stage
 };
 
-Config ParseConfig(const std::string& text) {  // "4x8:except_last"
+// "4x8:except_last", optionally with ablations: "4x8:never+one-worker+pass-through".
+Config ParseConfig(const std::string& text) {
   auto colon = text.find(':');
   auto x = text.find('x');
   TORCH_CHECK(x != std::string::npos && colon != std::string::npos && x < colon,
-              "config '", text, "' should look like STAGESxCHUNKS:MODE, e.g. 4x8:never");
-  return {text, std::stoll(text.substr(0, x)), std::stoll(text.substr(x + 1, colon - x - 1)),
-          gpipe::ParseCheckpointMode(text.substr(colon + 1))};
+              "config '", text, "' should look like STAGESxCHUNKS:MODE[+ABLATION...], e.g. 4x8:never");
+  std::string mode = text.substr(colon + 1);
+  std::vector<std::string> ablations;
+  for (auto plus = mode.find('+'); plus != std::string::npos; plus = mode.find('+')) {
+    auto next = mode.find('+', plus + 1);
+    ablations.push_back(mode.substr(plus + 1, next == std::string::npos ? std::string::npos : next - plus - 1));
+    mode.erase(plus, next == std::string::npos ? std::string::npos : next - plus);
+  }
+  Config c{text, std::stoll(text.substr(0, x)), std::stoll(text.substr(x + 1, colon - x - 1)),
+           gpipe::ParseCheckpointMode(mode)};
+  for (const auto& a : ablations) {
+    TORCH_CHECK(a == "one-worker" || a == "pass-through", "unknown ablation '+", a,
+                "' in config '", text, "'; use +one-worker or +pass-through");
+    c.one_worker = c.one_worker || a == "one-worker";
+    c.pass_through = c.pass_through || a == "pass-through";
+  }
+  return c;
 }
 
 double Median(std::vector<double> v) {
@@ -103,9 +120,12 @@ int Main(int argc, char** argv) {
     options.balance.num_stages = c.stages;
     options.chunks = c.chunks;
     options.checkpoint = c.checkpoint;
+    if (c.pass_through) options.skip_routing = gpipe::SkipRouting::PassThrough;
     std::string path = (dir / ("c" + std::to_string(configs.size()) + ".gpipe")).string();
     gpipe::CompileModel(model, path, options);
-    pipes.push_back(gpipe::Pipeline::load(path));
+    gpipe::PipelineOptions run_options;
+    run_options.one_worker = c.one_worker;
+    pipes.push_back(gpipe::Pipeline::load(path, run_options));
     pipes.back().train();
     pipes.back().set_tracing(true);
     sgds.push_back(std::make_unique<torch::optim::SGD>(pipes.back().parameters(), 1e-4));
@@ -144,7 +164,7 @@ int Main(int argc, char** argv) {
   double plain_rate = batch / Median(seconds[0]);
   std::printf("%s, batch %s, %lld interleaved steps each (median; spread = min..max samples/s)\n",
               model.c_str(), sample_input.c_str(), static_cast<long long>(steps));
-  std::printf("%-22s %12s %20s %10s %12s %14s\n", "variant", "samples/s", "spread", "vs plain",
+  std::printf("%-34s %12s %20s %10s %12s %14s\n", "variant", "samples/s", "spread", "vs plain",
               "peak MiB", "bound eff.");
   for (size_t v = 0; v < variants; ++v) {
     double rate = batch / Median(seconds[v]);
@@ -153,7 +173,7 @@ int Main(int argc, char** argv) {
     char spread[32], eff[32] = "-";
     std::snprintf(spread, sizeof spread, "%.0f..%.0f", lo, hi);
     if (v > 0) std::snprintf(eff, sizeof eff, "%.2f", Median(bounds[v]) / Median(seconds[v]));
-    std::printf("%-22s %12.1f %20s %9.2fx %12.1f %14s\n", v == 0 ? "plain TorchScript" : ("gpipe " + configs[v - 1].label).c_str(),
+    std::printf("%-34s %12.1f %20s %9.2fx %12.1f %14s\n", v == 0 ? "plain TorchScript" : ("gpipe " + configs[v - 1].label).c_str(),
                 rate, spread, rate / plain_rate, Median(peaks[v]), eff);
   }
   std::printf("bound eff. = GPipe bound (M+S-1)*(max stage forward + max stage backward per micro-batch,\n"

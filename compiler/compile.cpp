@@ -48,7 +48,7 @@ BuiltPipeline BuildPipeline(const LoweredModel& lowered, const std::vector<Parti
                 "; every rank from 0 to the largest must run a stage");
   }
 
-  SplitResult split = SplitStages(lowered.graph, plan, lowered.num_inputs);
+  SplitResult split = SplitStages(lowered.graph, plan, lowered.num_inputs, options.skip_routing);
   BuiltPipeline built;
   Manifest& manifest = built.manifest;
   manifest.source_model = std::filesystem::path(model_path).filename().string();

@@ -27,6 +27,7 @@ struct CompileOptions {
   int64_t chunks = 1;
   CheckpointMode checkpoint = CheckpointMode::ExceptLast;
   std::vector<std::string> devices;  // one per stage; empty = all "cpu"
+  SkipRouting skip_routing = SkipRouting::Direct;  // PassThrough only for the ablation benchmark
   std::vector<int> ranks;  // process of each stage under --distributed; empty = one stage per rank
   bool deferred_batch_norm = false;  // running statistics from the whole mini-batch
   size_t unit_depth = 1;             // module-hierarchy level that units are taken from

@@ -15,6 +15,8 @@
 //                               ValueRef{StageOutput, a, k}.
 // Because consumers name the producing stage directly, a value that skips
 // stages ("portal") crosses exactly one boundary, whatever lies between.
+// SkipRouting::PassThrough instead relays it: stage s resolves it from stage
+// s-1, which resolves it from s-2, ..., so every stage between holds it.
 //
 //   graph(%x, %w0, %w1):           plan {0, 1}      stage 0: graph(%x, %w0):
 //     %a = a::aaa(%x, %w0)         ------------>      %a = a::aaa(%x, %w0)
@@ -41,8 +43,9 @@ using torch::jit::Value;
 
 class StageSplitter {
  public:
-  StageSplitter(const std::shared_ptr<Graph>& graph, const StagePlan& plan, size_t num_model_inputs)
-      : graph_(graph), plan_(plan), num_model_inputs_(num_model_inputs) {
+  StageSplitter(const std::shared_ptr<Graph>& graph, const StagePlan& plan, size_t num_model_inputs,
+                SkipRouting routing)
+      : graph_(graph), plan_(plan), num_model_inputs_(num_model_inputs), routing_(routing) {
     // Non-tensor attributes (the training flag) are plain values: each stage reads its own.
     for (size_t k = num_model_inputs_; k < graph_->inputs().size(); ++k) {
       Value* v = graph_->inputs()[k];
@@ -136,6 +139,10 @@ class StageSplitter {
     } else {
       bool model_input = producer == graph_->param_node() && v->offset() < num_model_inputs_;
       ValueRef ref = model_input ? ValueRef{ValueRef::Origin::ModelInput, 0, v->offset()} : Export(v);
+      if (!model_input && routing_ == SkipRouting::PassThrough && ref.stage + 1 < s) {
+        Resolve(s - 1, v);  // the stage before holds it (relayed the same way) ...
+        ref = ExportFrom(s - 1, v);  // ... and hands it on
+      }
       local = stage.graph->insertInput(stage.activation_inputs.size())->copyMetadata(v);
       stage.activation_inputs.push_back(ref);
     }
@@ -202,6 +209,7 @@ class StageSplitter {
   const std::shared_ptr<Graph>& graph_;
   const StagePlan& plan_;
   size_t num_model_inputs_;
+  SkipRouting routing_;
   std::unordered_map<Node*, size_t> stage_of_node_;
   std::unordered_map<Value*, size_t> attribute_owner_;
   std::unordered_map<Value*, std::set<size_t>> attribute_users_;
@@ -212,10 +220,10 @@ class StageSplitter {
 }  // namespace
 
 SplitResult SplitStages(const std::shared_ptr<torch::jit::Graph>& graph, const StagePlan& plan,
-                        size_t num_model_inputs) {
+                        size_t num_model_inputs, SkipRouting routing) {
   TORCH_CHECK(num_model_inputs <= graph->inputs().size(), "SplitStages: ", num_model_inputs,
               " model inputs but the graph has only ", graph->inputs().size(), " inputs");
-  return StageSplitter(graph, plan, num_model_inputs).Run();
+  return StageSplitter(graph, plan, num_model_inputs, routing).Run();
 }
 
 }  // namespace gpipe

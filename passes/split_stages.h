@@ -39,6 +39,13 @@ struct SplitResult {
   std::vector<ValueRef> model_outputs;
 };
 
+// How a value reaches a stage more than one boundary after its producer.
+enum class SkipRouting {
+  Direct,       // producer -> consumer, one boundary (the default: nothing in between holds it)
+  PassThrough,  // through every stage in between, as an input and an output of each
+                // (as hand-written nn.Sequential pipelines do; kept as an ablation)
+};
+
 // Cuts `graph` into plan.num_stages() stage graphs. The graph's inputs are
 // `num_model_inputs` model inputs followed by lifted attributes (see
 // LiftAttributes). A value used by a later stage becomes an output of its
@@ -49,6 +56,6 @@ struct SplitResult {
 // every user reach the one tensor. Nodes with blocks are never cut (they are
 // one top-level node). Does not modify `graph`.
 SplitResult SplitStages(const std::shared_ptr<torch::jit::Graph>& graph, const StagePlan& plan,
-                        size_t num_model_inputs);
+                        size_t num_model_inputs, SkipRouting routing = SkipRouting::Direct);
 
 }  // namespace gpipe

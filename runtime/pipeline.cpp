@@ -42,8 +42,14 @@ torch::jit::Module LoadStageModule(const ArtifactReader& reader, const std::stri
 // concurrently. Stages on one GPU share that device's worker. The cores are
 // shared by the CPU stages of every process on this machine.
 std::vector<size_t> AssignWorkers(const std::vector<Stage>& stages, const RankPlan& ranks,
-                                  int threads_per_stage, int processes_per_machine,
+                                  int threads_per_stage, int processes_per_machine, bool one_worker,
                                   std::vector<std::unique_ptr<Worker>>& workers) {
+  if (one_worker) {
+    workers.push_back(std::make_unique<Worker>("all-stages", 0));
+    std::vector<size_t> worker_of_stage;
+    for (const auto& stage : stages) worker_of_stage.push_back(ranks.IsLocal(stage.index) ? 0 : SIZE_MAX);
+    return worker_of_stage;
+  }
   if (threads_per_stage == 0) {
     int cpu_stages = 0;
     for (const auto& stage : stages) cpu_stages += ranks.IsLocal(stage.index) && stage.device.is_cpu();
@@ -152,7 +158,7 @@ Pipeline Pipeline::load(const std::string& path, const PipelineOptions& options)
               "; use a positive count, 0 (automatic) or -1 (LibTorch's default)");
   const int processes_per_machine = options.peers ? options.peers->options().local_world_size : 1;
   core->worker_of_stage = AssignWorkers(core->stages, core->ranks, options.threads_per_stage,
-                                        processes_per_machine, core->workers);
+                                        processes_per_machine, options.one_worker, core->workers);
   if (core->peers) {
     core->peers->CheckSameAsRankZero("an artifact or options (chunks, checkpoint, --ranks)",
                                      Fingerprint(manifest, core->ranks));

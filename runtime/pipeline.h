@@ -32,6 +32,9 @@ struct PipelineOptions {
   // (backward) for NaN/Inf; the error names the first stage and micro-batch
   // in schedule order that produced one. Costs one reduction per tensor.
   bool detect_anomaly = false;
+  // Ablation (bench/ablation.sh): every stage on one worker thread, as
+  // PyTorch's Pipe runs CPU partitions, instead of one per stage/device.
+  bool one_worker = false;
   // Several processes (see PeerGroup and RankPlan): this process's group;
   // it loads and runs only its own stages. `ranks`: the rank of each stage
   // (empty = the manifest's assignment, else one stage per rank).

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job, end to end: set up, export the sample MLP from Python, compile
 # it into a 4-stage pipeline with 8 micro-batches (verifying it against the
-# original), and train it for a few steps.
+# original), train it for a few steps, then train it again in 2 processes
+# with gpipe-launch (c10d/Gloo on 127.0.0.1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
@@ -20,3 +21,7 @@ echo; echo "== 2. compile: 4 stages, 8 micro-batches, verify against the origina
 echo; echo "== 3. train 5 steps and save the trained artifact =="
 "$BIN/gpipe-run" "$OUT/mlp.gpipe" --train --steps 5 --lr 0.01 --sample-input 64x512 \
   --save "$OUT/mlp-trained.gpipe"
+
+echo; echo "== 4. the same training in 2 processes (c10d/Gloo on 127.0.0.1): stages 0-1 on rank 0, 2-3 on rank 1 =="
+"$BIN/gpipe-launch" --nproc 2 "$OUT/mlp.gpipe" --ranks 0,0,1,1 --train --steps 5 --lr 0.01 \
+  --sample-input 64x512 --save "$OUT/mlp-trained-2proc.gpipe"

@@ -80,6 +80,17 @@ TEST(GeneralGraphs, UNetSkipConnectionsTravelAsRoutes) {
   for (int64_t chunks : {1, 4}) ExpectEqualToOriginal("unet.pt", Options(3, chunks), x, 5e-5);
 }
 
+TEST(GeneralGraphs, UNetWithPassThroughSkipsIsEqualToo) {
+  TempDir dir;
+  CompileOptions options = Options(3, 2, CheckpointMode::Always);
+  options.skip_routing = SkipRouting::PassThrough;  // the ablation's routing must be exact as well
+  auto report = CompileModel(TestModel("unet.pt"), dir.path("u.gpipe"), options);
+  EXPECT_EQ(SkipRoutes(report.manifest), 0u);
+  EXPECT_GT(report.manifest.stages[1].inputs.size(), 1u) << "the middle stage relays the skips";
+  torch::manual_seed(0);
+  ExpectEqualToOriginal("unet.pt", options, torch::randn({4, 3, 16, 16}), 5e-5);
+}
+
 TEST(GeneralGraphs, TransformerWithTiedEmbeddingTrainsOneWeight) {
   torch::manual_seed(0);
   at::Tensor ids = torch::randint(50, {4, 12});

@@ -58,6 +58,22 @@ TEST(SplitStages, SkipValueTravelsDirectlyToItsConsumer) {
   FileCheck().check("a::ddd")->check("prim::TupleConstruct")->run(g3);
 }
 
+TEST(SplitStages, PassThroughRoutingRelaysTheSkipThroughEveryStageBetween) {
+  auto graph = Parse(kSkipGraph);
+  auto split = SplitStages(graph, StagePlan{{0, 2, 3, 4}}, 1, SkipRouting::PassThrough);
+  const auto& s = split.stages;
+  // %a: stage 0 -> 1 -> 2 -> 3, each stage between returning its input unchanged.
+  EXPECT_EQ(NumOutputs(s[0]), 1u);
+  EXPECT_EQ(s[1].activation_inputs, (std::vector<ValueRef>{FromStage(0, 0)}));  // %a feeds %b here anyway
+  EXPECT_EQ(NumOutputs(s[1]), 2u);
+  EXPECT_EQ(s[2].activation_inputs, (std::vector<ValueRef>{FromStage(1, 0), FromStage(1, 1)}));
+  EXPECT_EQ(NumOutputs(s[2]), 2u);
+  torch::jit::Graph& g2 = *s[2].graph;
+  EXPECT_EQ(g2.outputs()[0]->node()->inputs()[1], g2.inputs()[1]) << "stage 2 hands %a on untouched";
+  EXPECT_EQ(s[3].activation_inputs, (std::vector<ValueRef>{FromStage(2, 0), FromStage(2, 1)}));
+  EXPECT_EQ(split.model_outputs, (std::vector<ValueRef>{FromStage(3, 0)}));
+}
+
 TEST(SplitStages, OneStageKeepsTheWholeGraph) {
   auto graph = Parse(kSkipGraph);
   auto split = SplitStages(graph, StagePlan{{0}}, 1);
