@@ -18,6 +18,8 @@
 #include "compiler/compile.h"
 #include "runtime/memory_tracker.h"
 #include "runtime/pipeline.h"
+#include "runtime/sample_input.h"
+#include "runtime/stage.h"
 
 namespace po = boost::program_options;
 
@@ -80,7 +82,7 @@ double BoundSeconds(const std::vector<gpipe::TaskRecord>& records, size_t stages
 }
 
 int Main(int argc, char** argv) {
-  std::string model, sample_input, configs_text;
+  std::string model, sample_input, configs_text, device_text = "cpu";
   int64_t steps = 10;
   po::options_description opts(
       "Usage: gpipe-bench MODEL.pt --sample-input SHAPE --configs 1x1:never,4x8:never,...\n"
@@ -92,7 +94,9 @@ int Main(int argc, char** argv) {
       ("sample-input", po::value(&sample_input), "batch shape, e.g. 256x512")
       ("configs", po::value(&configs_text)->default_value("1x1:never,2x8:never,2x8:except_last,4x8:never"),
        "pipelines to compare")
-      ("steps", po::value(&steps)->default_value(10), "measured steps per variant (after one warm-up)");
+      ("steps", po::value(&steps)->default_value(10), "measured steps per variant (after one warm-up)")
+      ("device", po::value(&device_text)->default_value("cpu"),
+       "run the plain model and every stage here (cuda: S virtual stages on one GPU)");
   po::variables_map vm;
   if (!gpipe::ParseCommandLine(argc, argv, opts, "model", vm)) return 0;
   if (model.empty() || sample_input.empty()) throw po::error("MODEL.pt and --sample-input are required");
@@ -100,12 +104,16 @@ int Main(int argc, char** argv) {
   gpipe::MemoryTracker::Enable();
   auto specs = gpipe::ParseInputSpecs(sample_input);
   torch::manual_seed(0);
+  const c10::Device device = gpipe::ParseDevice(device_text);
   auto inputs = gpipe::MakeSampleInputs(specs);
+  for (auto& v : inputs) {
+    if (v.isTensor()) v = v.toTensor().to(device);
+  }
   const double batch = static_cast<double>(specs[0].shape[0]);
   std::filesystem::path dir = std::filesystem::temp_directory_path() / ("gpipe-bench-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
 
-  torch::jit::Module plain = torch::jit::load(model);
+  torch::jit::Module plain = torch::jit::load(model, device);
   plain.train();
   std::vector<at::Tensor> plain_params;
   for (const auto& p : plain.parameters()) plain_params.push_back(p);
@@ -125,6 +133,7 @@ int Main(int argc, char** argv) {
     gpipe::CompileModel(model, path, options);
     gpipe::PipelineOptions run_options;
     run_options.one_worker = c.one_worker;
+    run_options.devices.assign(static_cast<size_t>(c.stages), device_text);
     pipes.push_back(gpipe::Pipeline::load(path, run_options));
     pipes.back().train();
     pipes.back().set_tracing(true);
@@ -150,6 +159,7 @@ int Main(int argc, char** argv) {
         pipes[v - 1].forward(inputs).at(0).sum().backward();
         sgds[v - 1]->step();
       }
+      if (device.is_cuda()) torch::cuda::synchronize();  // kernels are asynchronous
       double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       auto trace = v == 0 ? std::vector<gpipe::TaskRecord>{} : pipes[v - 1].take_trace();
       if (step == 0) continue;  // warm-up
@@ -162,8 +172,8 @@ int Main(int argc, char** argv) {
     }
   }
   double plain_rate = batch / Median(seconds[0]);
-  std::printf("%s, batch %s, %lld interleaved steps each (median; spread = min..max samples/s)\n",
-              model.c_str(), sample_input.c_str(), static_cast<long long>(steps));
+  std::printf("%s on %s, batch %s, %lld interleaved steps each (median; spread = min..max samples/s)\n",
+              model.c_str(), device_text.c_str(), sample_input.c_str(), static_cast<long long>(steps));
   std::printf("%-34s %12s %20s %10s %12s %14s\n", "variant", "samples/s", "spread", "vs plain",
               "peak MiB", "bound eff.");
   for (size_t v = 0; v < variants; ++v) {

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# For a machine with an NVIDIA GPU and a CUDA build of PyTorch 2.x (pip torch
+# ships a CUDA LibTorch): builds gpipe-cpp against it, which turns on the CUDA
+# code paths (GPIPE_WITH_CUDA), runs the test suite, and benchmarks plain vs
+# pipelined training with S virtual stages on one GPU. Not run in CI.
+#   bench/gpu.sh [BATCH] [CONFIGS]     default: 1024 "1x1:never,2x8:never,4x8:never,4x8:except_last"
+# Prints everything it measured; results go to out/gpu/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BATCH=${1:-1024}
+CONFIGS=${2:-1x1:never,2x8:never,4x8:never,4x8:except_last}
+PY=${GPU_PYTHON:-python3}
+OUT=${OUT_DIR:-out/gpu}
+BUILD=${GPU_BUILD_DIR:-build-cuda}
+mkdir -p "$OUT"
+
+if ! PREFIX=$("$PY" -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null); then
+  echo "gpu.sh: '$PY' has no torch; set GPU_PYTHON to a python with a CUDA build of torch 2.x" >&2
+  exit 1
+fi
+"$PY" -c 'import torch; assert torch.cuda.is_available(), "no CUDA device visible"; print("torch", torch.__version__, "CUDA", torch.version.cuda, torch.cuda.get_device_name(0))'
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+
+# Torch's CMake config sets the C++ ABI flag of the LibTorch it describes; Debian's
+# Boost is built with the C++11 ABI, so the two must agree.
+ABI=$("$PY" -c 'import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))')
+if [ "$ABI" != 1 ]; then
+  echo "gpu.sh: this torch uses the pre-C++11 ABI, Debian's Boost the C++11 one; they cannot be linked" >&2
+  echo "together. Use a torch built with the C++11 ABI (pip wheels from 2.7 on, or LibTorch's cxx11-abi zip)." >&2
+  exit 1
+fi
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$PREFIX" \
+  -DGPIPE_PYTHON="$(command -v "$PY")" | tee "$OUT/cmake.txt" | grep -E 'CUDA paths|Torch'
+time cmake --build "$BUILD" -j"$(nproc)" 2>&1 | tail -3
+ctest --test-dir "$BUILD" -j"$(nproc)" --output-on-failure 2>&1 | tee "$OUT/ctest.txt" | tail -15
+
+"$PY" samples/export_mlp.py --out "$OUT/mlp6.pt" --blocks 6 --in-features 512 --hidden 1024 --out-features 512 >/dev/null
+"$PY" samples/export_resnet.py --out "$OUT/resnet50.pt" >/dev/null
+echo
+echo "== MLP, batch $BATCH, all stages on cuda:0 (one worker thread for the device) =="
+"$BUILD/bench/gpipe-bench" "$OUT/mlp6.pt" --device cuda:0 --sample-input "${BATCH}x512" --configs "$CONFIGS" --steps 20 \
+  | tee "$OUT/mlp.txt"
+echo
+echo "== ResNet-50, batch 64 at 224x224, cuda:0 =="
+"$BUILD/bench/gpipe-bench" "$OUT/resnet50.pt" --device cuda:0 --sample-input 64x3x224x224 \
+  --configs 1x1:never,2x8:except_last,4x8:except_last --steps 5 | tee "$OUT/resnet50.txt"
+echo
+echo "note: on CUDA the task times behind 'bound eff.' are host-side launch times, and 'peak MiB'"
+echo "counts CPU tensors only; use gpipe-run --trace with nvidia-smi / nsys for device timings."
