@@ -31,9 +31,10 @@ struct Config {
   gpipe::CheckpointMode checkpoint;
   bool one_worker = false;    // ablation "+one-worker": all stages on one thread
   bool pass_through = false;  // ablation "+pass-through": skips relayed through every stage
+  bool traced = true;         // "+untraced": no task trace (measures tracing's cost; no bound)
 };
 
-// "4x8:except_last", optionally with ablations: "4x8:never+one-worker+pass-through".
+// "4x8:except_last", optionally with suffixes: "4x8:never+one-worker+pass-through+untraced".
 Config ParseConfig(const std::string& text) {
   auto colon = text.find(':');
   auto x = text.find('x');
@@ -49,10 +50,11 @@ Config ParseConfig(const std::string& text) {
   Config c{text, std::stoll(text.substr(0, x)), std::stoll(text.substr(x + 1, colon - x - 1)),
            gpipe::ParseCheckpointMode(mode)};
   for (const auto& a : ablations) {
-    TORCH_CHECK(a == "one-worker" || a == "pass-through", "unknown ablation '+", a,
-                "' in config '", text, "'; use +one-worker or +pass-through");
+    TORCH_CHECK(a == "one-worker" || a == "pass-through" || a == "untraced", "unknown suffix '+", a,
+                "' in config '", text, "'; use +one-worker, +pass-through or +untraced");
     c.one_worker = c.one_worker || a == "one-worker";
     c.pass_through = c.pass_through || a == "pass-through";
+    c.traced = c.traced && a != "untraced";
   }
   return c;
 }
@@ -93,7 +95,8 @@ int Main(int argc, char** argv) {
       ("model", po::value(&model), "TorchScript model (positional)")
       ("sample-input", po::value(&sample_input), "batch shape, e.g. 256x512")
       ("configs", po::value(&configs_text)->default_value("1x1:never,2x8:never,2x8:except_last,4x8:never"),
-       "pipelines to compare")
+       "pipelines to compare: STAGESxCHUNKS:CHECKPOINT, optionally +one-worker, +pass-through "
+       "(ablations) or +untraced (no task trace, so no bound)")
       ("steps", po::value(&steps)->default_value(10), "measured steps per variant (after one warm-up)")
       ("device", po::value(&device_text)->default_value("cpu"),
        "run the plain model and every stage here (cuda: S virtual stages on one GPU)");
@@ -136,7 +139,7 @@ int Main(int argc, char** argv) {
     run_options.devices.assign(static_cast<size_t>(c.stages), device_text);
     pipes.push_back(gpipe::Pipeline::load(path, run_options));
     pipes.back().train();
-    pipes.back().set_tracing(true);
+    pipes.back().set_tracing(c.traced);
     sgds.push_back(std::make_unique<torch::optim::SGD>(pipes.back().parameters(), 1e-4));
     configs.push_back(c);
   }
@@ -165,7 +168,7 @@ int Main(int argc, char** argv) {
       if (step == 0) continue;  // warm-up
       seconds[v].push_back(s);
       peaks[v].push_back(static_cast<double>(gpipe::MemoryTracker::TotalPeakBytes()) / (1 << 20));
-      if (v > 0) {
+      if (v > 0 && configs[v - 1].traced) {
         bounds[v].push_back(BoundSeconds(trace, static_cast<size_t>(configs[v - 1].stages),
                                          static_cast<size_t>(configs[v - 1].chunks)));
       }
@@ -174,7 +177,7 @@ int Main(int argc, char** argv) {
   double plain_rate = batch / Median(seconds[0]);
   std::printf("%s on %s, batch %s, %lld interleaved steps each (median; spread = min..max samples/s)\n",
               model.c_str(), device_text.c_str(), sample_input.c_str(), static_cast<long long>(steps));
-  std::printf("%-34s %12s %20s %10s %12s %14s\n", "variant", "samples/s", "spread", "vs plain",
+  std::printf("%-46s %12s %20s %10s %12s %14s\n", "variant", "samples/s", "spread", "vs plain",
               "peak MiB", "bound eff.");
   for (size_t v = 0; v < variants; ++v) {
     double rate = batch / Median(seconds[v]);
@@ -182,8 +185,8 @@ int Main(int argc, char** argv) {
     double hi = batch / *std::min_element(seconds[v].begin(), seconds[v].end());
     char spread[32], eff[32] = "-";
     std::snprintf(spread, sizeof spread, "%.0f..%.0f", lo, hi);
-    if (v > 0) std::snprintf(eff, sizeof eff, "%.2f", Median(bounds[v]) / Median(seconds[v]));
-    std::printf("%-34s %12.1f %20s %9.2fx %12.1f %14s\n", v == 0 ? "plain TorchScript" : ("gpipe " + configs[v - 1].label).c_str(),
+    if (!bounds[v].empty()) std::snprintf(eff, sizeof eff, "%.2f", Median(bounds[v]) / Median(seconds[v]));
+    std::printf("%-46s %12.1f %20s %9.2fx %12.1f %14s\n", v == 0 ? "plain TorchScript" : ("gpipe " + configs[v - 1].label).c_str(),
                 rate, spread, rate / plain_rate, Median(peaks[v]), eff);
   }
   std::printf("bound eff. = GPipe bound (M+S-1)*(max stage forward + max stage backward per micro-batch,\n"
