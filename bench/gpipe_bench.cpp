@@ -32,6 +32,7 @@ struct Config {
   bool one_worker = false;    // ablation "+one-worker": all stages on one thread
   bool pass_through = false;  // ablation "+pass-through": skips relayed through every stage
   bool traced = true;         // "+untraced": no task trace (measures tracing's cost; no bound)
+  bool copy_streams = true;   // ablation "+no-copy-streams": CUDA copies on the compute streams
 };
 
 // "4x8:except_last", optionally with suffixes: "4x8:never+one-worker+pass-through+untraced".
@@ -50,11 +51,13 @@ Config ParseConfig(const std::string& text) {
   Config c{text, std::stoll(text.substr(0, x)), std::stoll(text.substr(x + 1, colon - x - 1)),
            gpipe::ParseCheckpointMode(mode)};
   for (const auto& a : ablations) {
-    TORCH_CHECK(a == "one-worker" || a == "pass-through" || a == "untraced", "unknown suffix '+", a,
-                "' in config '", text, "'; use +one-worker, +pass-through or +untraced");
+    TORCH_CHECK(a == "one-worker" || a == "pass-through" || a == "untraced" || a == "no-copy-streams",
+                "unknown suffix '+", a, "' in config '", text,
+                "'; use +one-worker, +pass-through, +no-copy-streams or +untraced");
     c.one_worker = c.one_worker || a == "one-worker";
     c.pass_through = c.pass_through || a == "pass-through";
     c.traced = c.traced && a != "untraced";
+    c.copy_streams = c.copy_streams && a != "no-copy-streams";
   }
   return c;
 }
@@ -95,8 +98,8 @@ int Main(int argc, char** argv) {
       ("model", po::value(&model), "TorchScript model (positional)")
       ("sample-input", po::value(&sample_input), "batch shape, e.g. 256x512")
       ("configs", po::value(&configs_text)->default_value("1x1:never,2x8:never,2x8:except_last,4x8:never"),
-       "pipelines to compare: STAGESxCHUNKS:CHECKPOINT, optionally +one-worker, +pass-through "
-       "(ablations) or +untraced (no task trace, so no bound)")
+       "pipelines to compare: STAGESxCHUNKS:CHECKPOINT, optionally +one-worker, +pass-through, "
+       "+no-copy-streams (ablations) or +untraced (no task trace, so no bound)")
       ("steps", po::value(&steps)->default_value(10), "measured steps per variant (after one warm-up)")
       ("device", po::value(&device_text)->default_value("cpu"),
        "run the plain model and every stage here (cuda: S virtual stages on one GPU)");
@@ -136,6 +139,7 @@ int Main(int argc, char** argv) {
     gpipe::CompileModel(model, path, options);
     gpipe::PipelineOptions run_options;
     run_options.one_worker = c.one_worker;
+    run_options.copy_streams = c.copy_streams;
     run_options.devices.assign(static_cast<size_t>(c.stages), device_text);
     pipes.push_back(gpipe::Pipeline::load(path, run_options));
     pipes.back().train();

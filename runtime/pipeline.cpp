@@ -130,6 +130,7 @@ Pipeline Pipeline::load(const std::string& path, const PipelineOptions& options)
   TORCH_CHECK(manifest.chunks >= 1, "chunks is ", manifest.chunks, "; it must be at least 1");
   core->chunks = manifest.chunks;
   core->detect_anomaly = options.detect_anomaly;
+  core->copies = std::make_unique<CopyStreams>(options.copy_streams);
   core->checkpoint = manifest.checkpoint;
   TORCH_CHECK(options.ranks.empty() || options.peers, "--ranks assigns stages to processes; it needs --distributed");
   if (options.peers) {

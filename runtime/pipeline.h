@@ -35,6 +35,9 @@ struct PipelineOptions {
   // Ablation (bench/ablation.sh): every stage on one worker thread, as
   // PyTorch's Pipe runs CPU partitions, instead of one per stage/device.
   bool one_worker = false;
+  // Ablation (bench/gpu.sh): CUDA copies run on the compute streams instead
+  // of one copy stream per device (CopyStreams). No effect without CUDA.
+  bool copy_streams = true;
   // Several processes (see PeerGroup and RankPlan): this process's group;
   // it loads and runs only its own stages. `ranks`: the rank of each stage
   // (empty = the manifest's assignment, else one stage per rank).

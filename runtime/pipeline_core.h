@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "runtime/checkpoint_mode.h"
+#include "runtime/copy_streams.h"
 #include "runtime/manifest.h"
 #include "runtime/peer_group.h"
 #include "runtime/rank_plan.h"
@@ -27,6 +28,7 @@ struct PipelineCore {
   std::shared_ptr<PeerGroup> peers;     // null in one process
   RngTurnstile turnstile;
   TaskTrace trace;
+  std::unique_ptr<CopyStreams> copies = std::make_unique<CopyStreams>();  // device boundaries
   std::mutex run_mutex;  // one forward or backward schedule at a time
   int64_t chunks = 1;
   bool detect_anomaly = false;

@@ -19,10 +19,10 @@ bool CarriesGrad(const c10::IValue& v) {
 
 // A stage input as the stage sees it: on the stage's device and, when it
 // carries gradient, a fresh leaf so that the stage's graph ends here.
-c10::IValue StageInput(const c10::IValue& v, const c10::Device& device, bool carries_grad) {
+c10::IValue StageInput(const c10::IValue& v, const c10::Device& device, bool carries_grad,
+                       CopyStreams& copies) {
   if (!v.isTensor() || !v.toTensor().defined()) return v;
-  at::Tensor t = v.toTensor().detach();
-  if (t.device() != device) t = t.to(device);  // the copy node of a device boundary
+  at::Tensor t = copies.Copy(v.toTensor().detach(), device);  // the copy node of a device boundary
   if (carries_grad) t.requires_grad_(true);
   return t;
 }
@@ -144,7 +144,9 @@ void PipelineRun::ReceiveOutputGrads(size_t i, size_t j) {
     c10::IValue grad = RecvValue(*core_->peers, use.rank,
                                  core_->ranks.Message(true, i, slots_.size(), use.consumer, use.input),
                                  "the gradient of " + OutputName(j, use.output, i));
-    if (grad.isTensor()) AddGrad(slot.output_grads[use.output], grad.toTensor());
+    if (grad.isTensor()) {
+      AddGrad(slot.output_grads[use.output], core_->copies->Copy(grad.toTensor(), core_->stages[j].device));
+    }
   }
 }
 
@@ -248,7 +250,7 @@ void PipelineRun::RunForwardTask(size_t i, size_t j, uint64_t ticket) {
                                        ? slots_[i][source.stage].output_requires_grad[source.index]
                                        : CarriesGrad(v));
     any_grad = any_grad || carries;
-    slot.inputs.push_back(StageInput(v, stage.device, carries));
+    slot.inputs.push_back(StageInput(v, stage.device, carries, *core_->copies));
   }
   if (slot.checkpointed) {
     if (stage.uses_rng) slot.rng = CaptureRngState(stage.device);
@@ -276,7 +278,11 @@ void PipelineRun::RunForwardTask(size_t i, size_t j, uint64_t ticket) {
 
 void PipelineRun::AddGrad(at::Tensor& into, const at::Tensor& grad) {
   if (!grad.defined()) return;
-  into = into.defined() ? into + grad.to(into.device()) : grad;
+  if (!into.defined()) {
+    into = grad;
+  } else {
+    into = into + core_->copies->Copy(grad, into.device());
+  }
 }
 
 void PipelineRun::RunBackwardTask(size_t i, size_t j, uint64_t ticket) {
@@ -332,9 +338,14 @@ void PipelineRun::RunBackwardTask(size_t i, size_t j, uint64_t ticket) {
     } else if (!grad.defined()) {
       continue;
     } else if (source.origin == ValueSource::Origin::StageOutput) {
-      AddGrad(slots_[i][source.stage].output_grads[source.index], grad);
+      // Back across the boundary: the producer's backward runs on its device.
+      AddGrad(slots_[i][source.stage].output_grads[source.index],
+              core_->copies->Copy(grad, core_->stages[source.stage].device));
     } else {
-      AddGrad(input_grads_[i][source.index], grad);
+      // A model input's gradient lives where the caller's input does.
+      const c10::IValue& input = micro_batches_.inputs[i][source.index];
+      AddGrad(input_grads_[i][source.index],
+              input.isTensor() ? core_->copies->Copy(grad, input.toTensor().device()) : grad);
     }
   }
   slot = Slot();  // this (micro-batch, stage) is finished: free its activations
@@ -353,7 +364,8 @@ std::vector<at::Tensor> PipelineRun::Backward(const std::vector<at::Tensor>& out
     auto parts = output_grads[k].split_with_sizes(micro_batches_.sizes, 0);
     for (size_t i = 0; i < m; ++i) {
       if (source.origin == ValueSource::Origin::StageOutput) {
-        AddGrad(slots_[i][source.stage].output_grads[source.index], parts[i]);
+        AddGrad(slots_[i][source.stage].output_grads[source.index],
+                core_->copies->Copy(parts[i], core_->stages[source.stage].device));
       } else {
         AddGrad(input_grads_[i][source.index], parts[i]);
       }

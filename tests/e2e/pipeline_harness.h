@@ -62,7 +62,7 @@ inline CompileOptions Options(int64_t stages, int64_t chunks,
 // correctness contract); 0 means bitwise equal.
 inline double ScaledDiff(const at::Tensor& got, const at::Tensor& want) {
   double scale = std::max(1.0, want.abs().max().item<double>());
-  return (got - want).abs().max().item<double>() / scale;
+  return (got.cpu() - want.cpu()).abs().max().item<double>() / scale;  // results may live on a GPU
 }
 
 // Largest scaled difference over outputs and every gradient; fails the test if
