@@ -10,8 +10,8 @@ namespace gpipe {
 // gradients), measured by wrapping LibTorch's CPU allocator. Allocations made
 // outside a stage task (parameters, the optimizer, the caller's tensors) are
 // not counted. Off unless Enable() is called: then every CPU allocation pays
-// one extra heap node and two atomic adds. CUDA stages report the caching
-// allocator's peak instead (see PeakBytes()).
+// one extra heap node and two atomic adds. CUDA memory is not counted
+// (the caching allocator keeps its own statistics).
 class MemoryTracker {
  public:
   static void Enable();  // installs the counting allocator; idempotent
