@@ -42,15 +42,15 @@ Config ParseConfig(const std::string& text) {
   TORCH_CHECK(x != std::string::npos && colon != std::string::npos && x < colon,
               "config '", text, "' should look like STAGESxCHUNKS:MODE[+ABLATION...], e.g. 4x8:never");
   std::string mode = text.substr(colon + 1);
-  std::vector<std::string> ablations;
+  std::vector<std::string> suffixes;
   for (auto plus = mode.find('+'); plus != std::string::npos; plus = mode.find('+')) {
     auto next = mode.find('+', plus + 1);
-    ablations.push_back(mode.substr(plus + 1, next == std::string::npos ? std::string::npos : next - plus - 1));
+    suffixes.push_back(mode.substr(plus + 1, next == std::string::npos ? std::string::npos : next - plus - 1));
     mode.erase(plus, next == std::string::npos ? std::string::npos : next - plus);
   }
   Config c{text, std::stoll(text.substr(0, x)), std::stoll(text.substr(x + 1, colon - x - 1)),
            gpipe::ParseCheckpointMode(mode)};
-  for (const auto& a : ablations) {
+  for (const auto& a : suffixes) {
     TORCH_CHECK(a == "one-worker" || a == "pass-through" || a == "untraced" || a == "no-copy-streams",
                 "unknown suffix '+", a, "' in config '", text,
                 "'; use +one-worker, +pass-through, +no-copy-streams or +untraced");

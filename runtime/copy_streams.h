@@ -1,11 +1,11 @@
 #pragma once
 
-#include <map>
-#include <mutex>
-
 #include <ATen/ATen.h>
 
 #ifdef GPIPE_WITH_CUDA
+#include <map>
+#include <mutex>
+
 #include <c10/cuda/CUDAStream.h>
 #endif
 
@@ -44,8 +44,6 @@ class CopyStreams {
   // `t` on `to` (`t` itself when it is there already), ready for use on
   // `to`'s compute stream.
   at::Tensor Copy(const at::Tensor& t, const c10::Device& to);
-
-  bool separate_streams() const { return separate_streams_; }
 
  private:
   bool separate_streams_;

@@ -28,7 +28,7 @@ struct PipelineCore {
   std::shared_ptr<PeerGroup> peers;     // null in one process
   RngTurnstile turnstile;
   TaskTrace trace;
-  std::unique_ptr<CopyStreams> copies = std::make_unique<CopyStreams>();  // device boundaries
+  std::unique_ptr<CopyStreams> copies;  // device boundaries (set by Pipeline::load)
   std::mutex run_mutex;  // one forward or backward schedule at a time
   int64_t chunks = 1;
   bool detect_anomaly = false;

@@ -145,7 +145,7 @@ void PipelineRun::ReceiveOutputGrads(size_t i, size_t j) {
                                  core_->ranks.Message(true, i, slots_.size(), use.consumer, use.input),
                                  "the gradient of " + OutputName(j, use.output, i));
     if (grad.isTensor()) {
-      AddGrad(slot.output_grads[use.output], core_->copies->Copy(grad.toTensor(), core_->stages[j].device));
+      AddGrad(slot.output_grads[use.output], grad.toTensor(), core_->stages[j].device);
     }
   }
 }
@@ -276,13 +276,14 @@ void PipelineRun::RunForwardTask(size_t i, size_t j, uint64_t ticket) {
   SendOutputs(i, j);
 }
 
-void PipelineRun::AddGrad(at::Tensor& into, const at::Tensor& grad) {
+void PipelineRun::AddGrad(at::Tensor& into, const at::Tensor& grad, const c10::Device& device) {
   if (!grad.defined()) return;
-  if (!into.defined()) {
-    into = grad;
-  } else {
-    into = into + core_->copies->Copy(grad, into.device());
-  }
+  at::Tensor here = core_->copies->Copy(grad, device);  // back across a device boundary, if any
+  into = into.defined() ? into + here : here;
+}
+
+c10::Device PipelineRun::InputDevice(size_t k) const {
+  return micro_batches_.inputs[0][k].toTensor().device();  // only tensor inputs get gradients
 }
 
 void PipelineRun::RunBackwardTask(size_t i, size_t j, uint64_t ticket) {
@@ -338,14 +339,9 @@ void PipelineRun::RunBackwardTask(size_t i, size_t j, uint64_t ticket) {
     } else if (!grad.defined()) {
       continue;
     } else if (source.origin == ValueSource::Origin::StageOutput) {
-      // Back across the boundary: the producer's backward runs on its device.
-      AddGrad(slots_[i][source.stage].output_grads[source.index],
-              core_->copies->Copy(grad, core_->stages[source.stage].device));
+      AddGrad(slots_[i][source.stage].output_grads[source.index], grad, core_->stages[source.stage].device);
     } else {
-      // A model input's gradient lives where the caller's input does.
-      const c10::IValue& input = micro_batches_.inputs[i][source.index];
-      AddGrad(input_grads_[i][source.index],
-              input.isTensor() ? core_->copies->Copy(grad, input.toTensor().device()) : grad);
+      AddGrad(input_grads_[i][source.index], grad, InputDevice(source.index));
     }
   }
   slot = Slot();  // this (micro-batch, stage) is finished: free its activations
@@ -364,10 +360,9 @@ std::vector<at::Tensor> PipelineRun::Backward(const std::vector<at::Tensor>& out
     auto parts = output_grads[k].split_with_sizes(micro_batches_.sizes, 0);
     for (size_t i = 0; i < m; ++i) {
       if (source.origin == ValueSource::Origin::StageOutput) {
-        AddGrad(slots_[i][source.stage].output_grads[source.index],
-                core_->copies->Copy(parts[i], core_->stages[source.stage].device));
+        AddGrad(slots_[i][source.stage].output_grads[source.index], parts[i], core_->stages[source.stage].device);
       } else {
-        AddGrad(input_grads_[i][source.index], parts[i]);
+        AddGrad(input_grads_[i][source.index], parts[i], InputDevice(source.index));
       }
     }
   }
@@ -382,7 +377,7 @@ std::vector<at::Tensor> PipelineRun::Backward(const std::vector<at::Tensor>& out
     if (none) continue;
     if (!micro_batches_.batched[k]) {  // given whole to every micro-batch: gradients add up
       at::Tensor sum;
-      for (const auto& p : parts) AddGrad(sum, p);
+      for (const auto& p : parts) AddGrad(sum, p, InputDevice(k));
       result[k] = sum;
       continue;
     }

@@ -66,7 +66,10 @@ class PipelineRun {
   void RunBackwardTask(size_t i, size_t j, uint64_t ticket);
   void Schedule(const std::vector<std::vector<Task>>& clocks, bool forward);
   c10::IValue SourceValue(size_t i, const ValueSource& source) const;
-  void AddGrad(at::Tensor& into, const at::Tensor& grad);
+  // Adds `grad` into `into`, a gradient kept on `device` (its stage's, or its
+  // model input's): a gradient coming from another device is copied there.
+  void AddGrad(at::Tensor& into, const at::Tensor& grad, const c10::Device& device);
+  c10::Device InputDevice(size_t k) const;  // where the caller's model input k lives
 
   std::shared_ptr<PipelineCore> core_;
   MicroBatches micro_batches_;
