@@ -70,16 +70,36 @@ void PrintPlan(const gpipe::CompileReport& report) {
   std::printf("\n");
 }
 
+// The heaviest stage's share of the static work estimate (OpWeight), which
+// is what --stages balances when nothing is measured.
+void PrintLargestStage(const gpipe::CompileReport& report) {
+  double total = 0, largest = 0;
+  size_t unit = 0, at = 0;
+  for (double w : report.unit_weights) total += w;
+  for (size_t s = 0; s < report.balance.size(); ++s) {
+    double w = 0;
+    for (int64_t k = 0; k < report.balance[s]; ++k, ++unit) w += report.unit_weights.at(unit);
+    if (w > largest) {
+      largest = w;
+      at = s;
+    }
+  }
+  if (total <= 0 || report.balance.size() < 2) return;
+  std::printf("largest stage: %.1f%% of the estimated work (stage %zu; an even share is %.1f%%)%s\n",
+              100 * largest / total, at, 100.0 / static_cast<double>(report.balance.size()),
+              report.units_chosen ? "; units chosen for the stage count (--unit-depth D to fix the level)" : "");
+}
+
 int Main(int argc, char** argv) {
   std::string model, output, balance, devices, ranks, checkpoint, sample_input, split_before, balance_by;
   std::string optimizer;
-  int64_t stages = 1, chunks = 1, profile_steps = 5, unit_depth = 1, calibrate = 2;
+  int64_t stages = 1, chunks = 1, profile_steps = 5, unit_depth = 0, calibrate = 2;
   double tolerance = 1e-5;
   po::options_description opts(
       "Usage: gpipe-compile MODEL.pt -o OUT.gpipe [options]\n"
       "Splits a TorchScript model into pipeline stages and writes a pipelined artifact.\n"
-      "Units (what --balance counts) are the model's top-level submodule calls, e.g. the\n"
-      "children of an nn.Sequential.\n\nOptions");
+      "Units (what --balance counts) are submodule calls, e.g. the children of an nn.Sequential;\n"
+      "for --stages N they are chosen at whatever depth gives N balanced stages.\n\nOptions");
   opts.add_options()
       ("help,h", "print this help and exit")
       ("model", po::value(&model), "TorchScript model file (positional)")
@@ -92,8 +112,10 @@ int Main(int argc, char** argv) {
       ("balance-by", po::value(&balance_by),
        "time or size: profile every unit on --sample-input and choose the cuts that minimise the "
        "slowest (largest) of --stages stages; --split-before names become forced cuts")
-      ("unit-depth", po::value(&unit_depth)->default_value(1),
-       "module level that units come from: 1 = children of the model, 2 = their children, ...")
+      ("unit-depth", po::value(&unit_depth),
+       "take units from this module level (1 = children of the model, 2 = their children, ...) "
+       "instead of choosing them for --stages (the default: descend where a unit is too large "
+       "for a good balance)")
       ("profile-steps", po::value(&profile_steps)->default_value(5),
        "--balance-by: measured steps after one warm-up (the median counts)")
       ("calibrate", po::value(&calibrate)->default_value(2),
@@ -124,8 +146,10 @@ int Main(int argc, char** argv) {
     if (vm.count("balance")) throw po::error("give either --balance or --split-before, not both");
     options.split_before = gpipe::SplitList(split_before);
   }
-  if (unit_depth < 1) throw po::error("--unit-depth must be at least 1");
-  options.unit_depth = static_cast<size_t>(unit_depth);
+  if (vm.count("unit-depth")) {
+    if (unit_depth < 1) throw po::error("--unit-depth must be at least 1");
+    options.unit_depth = static_cast<size_t>(unit_depth);
+  }
   if (vm.count("balance-by")) {
     if (balance_by == "time") options.balance_by = gpipe::BalanceBy::Time;
     else if (balance_by == "size") options.balance_by = gpipe::BalanceBy::Size;
@@ -158,6 +182,7 @@ int Main(int argc, char** argv) {
               report.unit_names.size(), m.stages.size(), static_cast<long long>(m.chunks),
               gpipe::ToString(m.checkpoint).c_str());
   PrintPlan(report);
+  PrintLargestStage(report);
   std::printf("wrote %s\n", output.c_str());
   if (!vm.count("verify")) return 0;
 

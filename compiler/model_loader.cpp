@@ -6,6 +6,9 @@
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 #include <torch/csrc/jit/passes/inliner.h>
 
+#include "passes/inline_module_calls.h"
+#include "passes/scalarize_containers.h"
+
 namespace gpipe {
 
 torch::jit::Module LoadModel(const std::string& path) {
@@ -26,7 +29,8 @@ LoweredModel LowerModel(const torch::jit::Module& module) {
   LoweredModel lowered;
   lowered.module = module;
   lowered.graph = module.get_method("forward").graph()->copy();
-  torch::jit::Inline(*lowered.graph);
+  InlineModuleCalls(*lowered.graph);  // records "layers.0", not "0", for a ModuleList element
+  torch::jit::Inline(*lowered.graph);  // anything left (nothing, normally)
   lowered.num_inputs = lowered.graph->inputs().size() - 1;  // minus self
   for (size_t k = 1; k < lowered.graph->inputs().size(); ++k) {
     lowered.input_names.push_back(lowered.graph->inputs()[k]->debugName());
@@ -42,6 +46,10 @@ LoweredModel LowerModel(const torch::jit::Module& module) {
   }
   torch::jit::ConstantPropagation(lowered.graph);
   torch::jit::EliminateDeadCode(lowered.graph);
+  // Lists and dicts filled in straight-line code (DenseNet's features, a
+  // segmentation backbone's outputs) would otherwise tie every unit between
+  // their uses into one: only tensors and plain values cross stages.
+  ScalarizeContainers(lowered.graph);
   return lowered;
 }
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <filesystem>
 
+#include <stdlib.h>
+
 #include <torch/torch.h>
 
 #include "runtime/memory_tracker.h"
@@ -16,13 +18,26 @@ double Median(std::vector<double> values) {
   return values.empty() ? 0.0 : values[values.size() / 2];
 }
 
-// Removes the temporary artifact however profiling ends.
-struct TempFile {
-  std::string path;
-  ~TempFile() {
-    std::error_code ignored;
-    std::filesystem::remove(path, ignored);
+// A fresh directory under the system's temporary directory, removed with
+// everything in it however profiling ends.
+class ScratchDirectory {
+ public:
+  ScratchDirectory() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "gpipe-profile-XXXXXX").string();
+    TORCH_CHECK(mkdtemp(pattern.data()) != nullptr, "cannot create a scratch directory under ",
+                std::filesystem::temp_directory_path().string(), " for profiling; set TMPDIR to a writable one");
+    path_ = pattern;
   }
+  ~ScratchDirectory() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  ScratchDirectory(const ScratchDirectory&) = delete;
+  ScratchDirectory& operator=(const ScratchDirectory&) = delete;
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
 };
 
 }  // namespace
@@ -36,10 +51,8 @@ struct StageMeasurements {
 
 // Runs `plan` through the runtime with one micro-batch (tasks never overlap),
 // one warm-up and options.profile_steps measured steps; medians per stage.
-StageMeasurements MeasureStages(const LoweredModel& lowered, const std::vector<PartitionUnit>& units,
-                                const StagePlan& plan, const std::vector<DeferredBatchNorm>& deferred,
-                                const CompileOptions& options, const std::string& model_path,
-                                const std::string& output_path, const std::string& what) {
+StageMeasurements MeasureStages(const LoweredProgram& program, const StagePlan& plan,
+                                const CompileOptions& options, const std::string& what) {
   TORCH_CHECK(!options.sample_inputs.empty(), "--balance-by needs --sample-input to profile on");
   TORCH_CHECK(options.profile_steps >= 1, "--profile-steps must be at least 1");
   const size_t n = plan.num_stages();
@@ -47,11 +60,10 @@ StageMeasurements MeasureStages(const LoweredModel& lowered, const std::vector<P
   profiling.chunks = 1;
   profiling.checkpoint = CheckpointMode::Never;
   profiling.devices.clear();
-  BuiltPipeline built = BuildPipeline(lowered, units, plan, deferred, profiling, model_path);
-  std::filesystem::path out = std::filesystem::absolute(output_path);
-  TempFile temp{(out.parent_path() / ("." + out.filename().string() + ".profile.tmp")).string()};
-  WriteArtifact(temp.path, built.manifest, built.records);
-  Pipeline pipe = Pipeline::load(temp.path);
+  BuiltPipeline built = BuildPipeline(program, plan, profiling);
+  ScratchDirectory scratch;
+  WriteArtifact(scratch.file("profile.gpipe"), built.manifest, built.records);
+  Pipeline pipe = Pipeline::load(scratch.file("profile.gpipe"));
 
   MemoryTracker::Enable();
   pipe.train();
@@ -100,12 +112,9 @@ StagePlan OnePerUnit(const std::vector<PartitionUnit>& units) {
 
 }  // namespace
 
-UnitProfile ProfileUnits(const LoweredModel& lowered, const std::vector<PartitionUnit>& units,
-                         const std::vector<DeferredBatchNorm>& deferred, const CompileOptions& options,
-                         const std::string& model_path, const std::string& output_path) {
-  StageMeasurements m =
-      MeasureStages(lowered, units, OnePerUnit(units), deferred, options, model_path, output_path,
-                    "profiling units");
+UnitProfile ProfileUnits(const LoweredProgram& program, const CompileOptions& options) {
+  const std::vector<PartitionUnit>& units = program.units;
+  StageMeasurements m = MeasureStages(program, OnePerUnit(units), options, "profiling units");
   UnitProfile profile;
   const double state_copies = options.adam ? 4.0 : 2.0;  // weights + grads (+ Adam's two moments)
   for (size_t u = 0; u < units.size(); ++u) {
@@ -119,12 +128,9 @@ UnitProfile ProfileUnits(const LoweredModel& lowered, const std::vector<Partitio
   return profile;
 }
 
-std::vector<double> ProfileStageTimes(const LoweredModel& lowered, const std::vector<PartitionUnit>& units,
-                                      const StagePlan& plan, const std::vector<DeferredBatchNorm>& deferred,
-                                      const CompileOptions& options, const std::string& model_path,
-                                      const std::string& output_path) {
-  StageMeasurements m = MeasureStages(lowered, units, plan, deferred, options, model_path, output_path,
-                                      "measuring stages");
+std::vector<double> ProfileStageTimes(const LoweredProgram& program, const StagePlan& plan,
+                                      const CompileOptions& options) {
+  StageMeasurements m = MeasureStages(program, plan, options, "measuring stages");
   std::vector<double> times;
   for (size_t s = 0; s < plan.num_stages(); ++s) times.push_back(m.forward_ms[s] + m.backward_ms[s]);
   return times;

@@ -1,11 +1,9 @@
 #pragma once
 
-#include <string>
 #include <vector>
 
-#include "compiler/compile.h"
-#include "compiler/model_loader.h"
-#include "passes/partition_units.h"
+#include "compiler/build_pipeline.h"
+#include "compiler/compile_options.h"
 
 namespace gpipe {
 
@@ -19,21 +17,18 @@ struct UnitProfile {
   std::vector<double> bytes;  // --balance-by size cost: parameters x (2, or 4 with Adam) + activations
 };
 
-// Compiles the model with one stage per unit into a temporary artifact next
-// to `output_path`, runs it through the runtime with one micro-batch (so each
+// Builds the program with one stage per unit into a temporary artifact (in a
+// scratch directory under the system's temporary directory, removed
+// afterwards), runs it through the runtime with one micro-batch (so each
 // task runs alone and is timed by the runtime's task trace) for one warm-up
 // and options.profile_steps measured training steps, and takes the median.
 // Activation bytes come from the runtime's per-stage allocation counts
 // between forward and backward.
-UnitProfile ProfileUnits(const LoweredModel& lowered, const std::vector<PartitionUnit>& units,
-                         const std::vector<DeferredBatchNorm>& deferred, const CompileOptions& options,
-                         const std::string& model_path, const std::string& output_path);
+UnitProfile ProfileUnits(const LoweredProgram& program, const CompileOptions& options);
 
 // The same measurement for the stages of any plan (forward + backward ms per
 // stage): the calibration step of --balance-by time.
-std::vector<double> ProfileStageTimes(const LoweredModel& lowered, const std::vector<PartitionUnit>& units,
-                                      const StagePlan& plan, const std::vector<DeferredBatchNorm>& deferred,
-                                      const CompileOptions& options, const std::string& model_path,
-                                      const std::string& output_path);
+std::vector<double> ProfileStageTimes(const LoweredProgram& program, const StagePlan& plan,
+                                      const CompileOptions& options);
 
 }  // namespace gpipe

@@ -6,6 +6,8 @@
 
 #include <c10/util/Exception.h>
 
+#include "compiler/partition.h"
+
 namespace gpipe {
 
 std::vector<int64_t> EvenBalance(int64_t num_units, int64_t num_stages) {
@@ -36,6 +38,36 @@ std::vector<int64_t> ParseBalance(const std::string& text) {
   return balance;
 }
 
+namespace {
+
+std::string UnitList(const std::vector<PartitionUnit>& units) {
+  std::string names;
+  for (size_t u = 0; u < units.size() && u < 12; ++u) names += (u ? ", " : "") + units[u].name;
+  if (units.size() > 12) names += ", ...";
+  return names;
+}
+
+// Units per stage from the best partition of the units' static weights, or
+// an even count when the units carry none.
+std::vector<int64_t> WeightedBalance(const std::vector<PartitionUnit>& units, int64_t num_stages) {
+  std::vector<double> weights;
+  double total = 0;
+  for (const auto& u : units) {
+    weights.push_back(u.weight);
+    total += u.weight;
+  }
+  if (total <= 0) return EvenBalance(static_cast<int64_t>(units.size()), num_stages);
+  std::vector<size_t> starts = OptimalPartition(weights, static_cast<size_t>(num_stages));
+  std::vector<int64_t> balance;
+  for (size_t s = 0; s < starts.size(); ++s) {
+    size_t end = s + 1 < starts.size() ? starts[s + 1] : units.size();
+    balance.push_back(static_cast<int64_t>(end - starts[s]));
+  }
+  return balance;
+}
+
+}  // namespace
+
 StagePlan PlanStages(const std::vector<PartitionUnit>& units, const BalanceRequest& request) {
   const auto num_units = static_cast<int64_t>(units.size());
   TORCH_CHECK(num_units > 0, "the model's forward has no operations to split");
@@ -44,9 +76,9 @@ StagePlan PlanStages(const std::vector<PartitionUnit>& units, const BalanceReque
     TORCH_CHECK(request.num_stages >= 1, "--stages is ", request.num_stages,
                 "; it must be at least 1");
     TORCH_CHECK(request.num_stages <= num_units, "--stages ", request.num_stages,
-                " asks for more stages than the model has units (", num_units,
-                " top-level submodules); use --stages ", num_units, " or fewer");
-    balance = EvenBalance(num_units, request.num_stages);
+                " asks for more stages than the model has units: ", num_units, " (", UnitList(units),
+                "), the submodule calls that cuts can fall between; use --stages ", num_units, " or fewer");
+    balance = WeightedBalance(units, request.num_stages);
   }
   int64_t sum = 0;
   for (size_t s = 0; s < balance.size(); ++s) {

@@ -17,6 +17,8 @@ struct BalanceRequest {
 };
 
 // Turns a request into a StagePlan over the units; errors say what to fix.
+// `--stages N` takes the partition of the units' static weights whose
+// heaviest stage is lightest (an even unit count when units carry none).
 StagePlan PlanStages(const std::vector<PartitionUnit>& units, const BalanceRequest& request);
 
 // The unit counts an even split of `num_units` into `num_stages` gives

@@ -7,7 +7,13 @@ namespace {
 
 std::vector<PartitionUnit> Units(size_t n) {
   std::vector<PartitionUnit> units;
-  for (size_t i = 0; i < n; ++i) units.push_back({std::to_string(i), 2 * i, 2 * i + 2});
+  for (size_t i = 0; i < n; ++i) {
+    PartitionUnit unit;
+    unit.name = std::to_string(i);
+    unit.begin = 2 * i;
+    unit.end = 2 * i + 2;
+    units.push_back(unit);
+  }
   return units;
 }
 
@@ -44,8 +50,8 @@ TEST(StagePlan, BadBalancesNameTheFix) {
   EXPECT_NE(ErrorOf(request).find("every stage needs at least 1"), std::string::npos);
   request.balance.clear();
   request.num_stages = 10;
-  EXPECT_EQ(ErrorOf(request), "--stages 10 asks for more stages than the model has units (9 "
-                              "top-level submodules); use --stages 9 or fewer");
+  EXPECT_EQ(ErrorOf(request), "--stages 10 asks for more stages than the model has units: 9 (0, 1, 2, 3, 4, 5, 6, 7, 8), the "
+                              "submodule calls that cuts can fall between; use --stages 9 or fewer");
   request.num_stages = 0;
   EXPECT_EQ(ErrorOf(request), "--stages is 0; it must be at least 1");
 }

@@ -113,7 +113,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"BalanceZero", "gpipe-compile", kMlp + " -o OUT --balance 4,0,5", 1,
                  "--balance gives stage 1 0 units; every stage needs at least 1"},
         BadInput{"TooManyStages", "gpipe-compile", kMlp + " -o OUT --stages 10", 1,
-                 "--stages 10 asks for more stages than the model has units (9 top-level submodules)"},
+                 "--stages 10 asks for more stages than the model has units: 9 (0, 1, 2, 3, 4, 5, 6, 7, 8), the submodule calls that cuts can fall between; use --stages 9 or fewer"},
         BadInput{"MissingModel", "gpipe-compile", TestModel("nope.pt") + " -o OUT", 1,
                  "nope.pt' does not exist; export one with torch.jit.script(model).save("},
         BadInput{"CorruptModel", "gpipe-compile", TestModel("not_a_model.pt") + " -o OUT", 1,

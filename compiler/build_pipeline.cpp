@@ -1,0 +1,88 @@
+#include "compiler/build_pipeline.h"
+
+#include <set>
+#include <sstream>
+
+#include "compiler/stage_module.h"
+#include "passes/split_stages.h"
+#include "runtime/stage.h"
+
+namespace gpipe {
+namespace {
+
+ValueSource ToSource(const ValueRef& ref) {
+  ValueSource source;
+  source.origin = ref.origin == ValueRef::Origin::ModelInput ? ValueSource::Origin::ModelInput
+                                                             : ValueSource::Origin::StageOutput;
+  source.stage = static_cast<int64_t>(ref.stage);
+  source.index = static_cast<int64_t>(ref.index);
+  return source;
+}
+
+void CheckPlacement(const CompileOptions& options, size_t num_stages, std::vector<std::string>& devices) {
+  if (devices.empty()) devices.assign(num_stages, "cpu");
+  TORCH_CHECK(devices.size() == num_stages, "--devices lists ", devices.size(),
+              " devices but there are ", num_stages, " stages; give one device per stage");
+  for (const auto& d : devices) ParseDevice(d);  // fail before the work, not at run time
+  if (options.ranks.empty()) return;
+  TORCH_CHECK(options.ranks.size() == num_stages, "--ranks lists ", options.ranks.size(),
+              " ranks but there are ", num_stages, " stages; give one rank per stage");
+  std::set<int> used(options.ranks.begin(), options.ranks.end());
+  TORCH_CHECK(*used.begin() == 0 && *used.rbegin() == static_cast<int>(used.size()) - 1, "--ranks uses ranks ",
+              c10::Join(",", std::vector<int>(used.begin(), used.end())),
+              "; every rank from 0 to the largest must run a stage");
+}
+
+}  // namespace
+
+BuiltPipeline BuildPipeline(const LoweredProgram& program, const StagePlan& plan, const CompileOptions& options) {
+  const LoweredModel& lowered = program.lowered;
+  const std::vector<PartitionUnit>& units = program.units;
+  const size_t num_stages = plan.num_stages();
+  std::vector<std::string> devices = options.devices;
+  CheckPlacement(options, num_stages, devices);
+
+  SplitResult split = SplitStages(lowered.graph, plan, lowered.num_inputs, options.skip_routing);
+  BuiltPipeline built;
+  Manifest& manifest = built.manifest;
+  manifest.source_model = program.source_name;
+  manifest.input_names = lowered.input_names;
+  manifest.chunks = options.chunks;
+  manifest.checkpoint = options.checkpoint;
+  manifest.deferred_batch_norm = !program.deferred.empty();
+  for (const auto& ref : split.model_outputs) manifest.outputs.push_back(ToSource(ref));
+  size_t unit = 0;
+  for (size_t s = 0; s < num_stages; ++s) {
+    BuiltStage stage = BuildStageModule(split.stages[s], lowered.attributes, s, program.deferred);
+    StageEntry entry;
+    entry.file = "stage_" + std::to_string(s) + ".pt";
+    entry.device = devices[s];
+    if (!options.ranks.empty()) entry.rank = options.ranks[s];
+    size_t end_node = s + 1 < num_stages ? plan.first_node[s + 1] : SIZE_MAX;
+    int64_t count = 0;
+    for (; unit < units.size() && units[unit].begin < end_node; ++unit, ++count) {
+      entry.units.push_back(units[unit].name);
+    }
+    built.balance.push_back(count);
+    for (const auto& ref : split.stages[s].activation_inputs) entry.inputs.push_back(ToSource(ref));
+    entry.num_outputs = static_cast<int64_t>(split.stages[s].graph->outputs()[0]->node()->inputs().size());
+    entry.uses_rng = stage.uses_rng;
+    entry.mutated_inputs = stage.mutated_inputs;
+    entry.parameters = stage.parameters;
+    int64_t elements = 0, bytes_of_parameters = 0;
+    for (const auto& p : stage.module.parameters()) {
+      elements += p.numel();
+      bytes_of_parameters += p.numel() * static_cast<int64_t>(p.element_size());
+    }
+    built.parameter_counts.push_back(elements);
+    built.parameter_bytes.push_back(bytes_of_parameters);
+    std::ostringstream bytes;
+    stage.module.save(bytes);
+    built.records.push_back({entry.file, bytes.str()});
+    manifest.stages.push_back(std::move(entry));
+  }
+  for (const auto& u : units) manifest.unit_names.push_back(u.name);
+  return built;
+}
+
+}  // namespace gpipe
