@@ -92,7 +92,7 @@ void PrintLargestStage(const gpipe::CompileReport& report) {
 
 int Main(int argc, char** argv) {
   std::string model, output, balance, devices, ranks, checkpoint, sample_input, split_before, balance_by;
-  std::string optimizer;
+  std::string optimizer, unbatched_inputs;
   int64_t stages = 1, chunks = 1, profile_steps = 5, unit_depth = 0, calibrate = 2;
   double tolerance = 1e-5;
   po::options_description opts(
@@ -132,7 +132,12 @@ int Main(int argc, char** argv) {
       ("deferred-batch-norm", "update batch-norm running statistics once per mini-batch, from all "
        "micro-batches together (as the unpipelined model), instead of once per micro-batch")
       ("verify", "after writing, compare outputs and gradients with the original model")
-      ("sample-input", po::value(&sample_input), "input shape(s) for --verify, e.g. 64x512 or 8x128:int64:1000")
+      ("sample-input", po::value(&sample_input),
+       "the inputs to compile for, verify and profile on, by position or name: e.g. 64x512, "
+       "8x128:int64:1000, src=8x16x32,src_key_padding_mask=8x16:bool (omitted arguments take their "
+       "defaults); recorded in the artifact to check inputs against")
+      ("unbatched-inputs", po::value(&unbatched_inputs),
+       "tensor arguments given whole to every micro-batch instead of split along dim 0, e.g. mask")
       ("tolerance", po::value(&tolerance)->default_value(1e-5), "--verify: largest allowed scaled difference");
   po::variables_map vm;
   if (!gpipe::ParseCommandLine(argc, argv, opts, "model", vm)) return 0;
@@ -171,6 +176,7 @@ int Main(int argc, char** argv) {
   std::vector<gpipe::InputSpec> specs;
   if (!sample_input.empty()) specs = gpipe::ParseInputSpecs(sample_input);
   options.sample_inputs = specs;
+  if (vm.count("unbatched-inputs")) options.unbatched_inputs = gpipe::SplitList(unbatched_inputs);
   options.progress = [](const std::string& what, size_t done, size_t total) {
     std::fprintf(stderr, "\r%s: step %zu/%zu%s", what.c_str(), done, total, done == total ? "\n" : "");
     std::fflush(stderr);
@@ -187,10 +193,10 @@ int Main(int argc, char** argv) {
   if (!vm.count("verify")) return 0;
 
   gpipe::VerifyResult v = gpipe::VerifyArtifact(model, output, specs, tolerance);
-  std::printf("verify: output max|diff| = %.3g, grad max|diff| = %.3g (%zu parameters, worst %s; "
+  std::printf("verify: output max|diff| = %.3g (worst %s), grad max|diff| = %.3g (%zu parameters, worst %s; "
               "scaled by max(1, max|x|), tolerance %.3g)",
-              v.output_diff, v.grad_diff, v.parameters_compared,
-              v.worst_grad.empty() ? "-" : v.worst_grad.c_str(), tolerance);
+              v.output_diff, v.worst_output.empty() ? "-" : v.worst_output.c_str(), v.grad_diff,
+              v.parameters_compared, v.worst_grad.empty() ? "-" : v.worst_grad.c_str(), tolerance);
   if (v.has_float64) {
     std::printf("; error vs float64: pipeline %.3g, original %.3g", v.pipeline_error, v.original_error);
   }

@@ -107,7 +107,7 @@ int Main(int argc, char** argv) {
   std::vector<c10::IValue> inputs;
   if (!sample_input.empty()) {
     torch::manual_seed(0);
-    inputs = gpipe::MakeSampleInputs(gpipe::ParseInputSpecs(sample_input));
+    inputs = gpipe::MakeSampleInputs(gpipe::ParseInputSpecs(sample_input), m.arguments);
     torch::NoGradGuard no_grad;
     for (size_t s = 0; s < m.stages.size(); ++s) {
       std::vector<c10::IValue> args;

@@ -154,8 +154,11 @@ int Main(int argc, char** argv) {
   pipe.set_tracing(!trace.empty());
 
   torch::manual_seed(seed);
-  std::vector<c10::IValue> inputs = gpipe::MakeSampleInputs(specs);
-  const int64_t batch = specs[0].shape[0];
+  std::vector<c10::IValue> inputs = gpipe::MakeSampleInputs(specs, pipe.signature());
+  int64_t batch = 0;
+  for (const auto& v : inputs) {
+    if (batch == 0 && v.isTensor() && v.toTensor().dim() >= 1) batch = v.toTensor().size(0);
+  }
   if (verbose) {
     std::printf("%s: %zu stages, chunks %lld, checkpoint %s, batch %lld, %s (loaded in %.2f s)\n",
                 artifact.c_str(), pipe.num_stages(), static_cast<long long>(pipe.chunks()),
@@ -182,7 +185,11 @@ int Main(int argc, char** argv) {
     if (train) {
       optimizer.zero_grad();
       loss_value = pipe.train_step(inputs, [&](const std::vector<at::Tensor>& outputs) {
-        const at::Tensor& out = outputs.at(0);
+        at::Tensor out;  // the first floating output (the model may return None or ids first)
+        for (const auto& o : outputs) {
+          if (!out.defined() && o.defined() && at::isFloatingType(o.scalar_type())) out = o;
+        }
+        TORCH_CHECK(out.defined(), "the model returns no floating-point tensor to train against");
         if (!target.defined()) target = torch::randn_like(out.detach());
         return Loss(loss_kind, out, target);
       });

@@ -1,5 +1,6 @@
 #include "compiler/build_pipeline.h"
 
+#include <algorithm>
 #include <set>
 #include <sstream>
 
@@ -33,6 +34,25 @@ void CheckPlacement(const CompileOptions& options, size_t num_stages, std::vecto
               "; every rank from 0 to the largest must run a stage");
 }
 
+// forward's arguments as the artifact records them: with the dtype and shape
+// of the compile-time sample, and which tensors are not split into micro-batches.
+std::vector<ForwardArgument> ArgumentsWithSamples(std::vector<ForwardArgument> arguments,
+                                                  const CompileOptions& options) {
+  std::vector<std::optional<InputSpec>> samples = AssignSpecs(options.sample_inputs, arguments);
+  for (size_t k = 0; k < arguments.size(); ++k) {
+    if (!samples[k] || !arguments[k].is_tensor() || samples[k]->shape.empty()) continue;
+    arguments[k].sample_dtype = samples[k]->dtype;
+    arguments[k].sample_sizes = samples[k]->shape;
+  }
+  for (const auto& name : options.unbatched_inputs) {
+    auto it = std::find_if(arguments.begin(), arguments.end(), [&](const ForwardArgument& a) { return a.name == name; });
+    TORCH_CHECK(it != arguments.end() && it->is_tensor(), "--unbatched-inputs names '", name,
+                "', which is not a tensor argument of ", SignatureText(arguments));
+    it->batched = false;
+  }
+  return arguments;
+}
+
 }  // namespace
 
 BuiltPipeline BuildPipeline(const LoweredProgram& program, const StagePlan& plan, const CompileOptions& options) {
@@ -47,6 +67,8 @@ BuiltPipeline BuildPipeline(const LoweredProgram& program, const StagePlan& plan
   Manifest& manifest = built.manifest;
   manifest.source_model = program.source_name;
   manifest.input_names = lowered.input_names;
+  manifest.arguments = ArgumentsWithSamples(lowered.arguments, options);
+  manifest.output_structure = lowered.output_structure;
   manifest.chunks = options.chunks;
   manifest.checkpoint = options.checkpoint;
   manifest.deferred_batch_norm = !program.deferred.empty();

@@ -31,7 +31,10 @@ struct CompileOptions {
   // stage count (ChooseUnits), or level 1 for an explicit --balance.
   std::optional<size_t> unit_depth;
   std::optional<BalanceBy> balance_by;  // profile and partition optimally into balance.num_stages
-  std::vector<InputSpec> sample_inputs;  // for balance_by
+  // The sample the model is compiled for (--sample-input): recorded in the
+  // artifact (dtype, shape) to check inputs against, and profiled on by balance_by.
+  std::vector<InputSpec> sample_inputs;
+  std::vector<std::string> unbatched_inputs;  // tensor arguments given whole to every micro-batch
   int64_t profile_steps = 5;             // measured steps (after one warm-up); the median counts
   bool adam = false;                     // size: count Adam's two state tensors per parameter
   int64_t calibration_rounds = 2;  // time: re-measure the chosen stages, rescale, re-partition

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/passes/constant_propagation.h>
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 #include <torch/csrc/jit/passes/inliner.h>
@@ -10,6 +11,86 @@
 #include "passes/scalarize_containers.h"
 
 namespace gpipe {
+namespace {
+
+bool Recordable(const c10::IValue& v) {
+  return v.isNone() || v.isBool() || v.isInt() || v.isDouble() || v.isString() || v.isIntList() ||
+         v.isDoubleList() || v.isBoolList();
+}
+
+bool IsTensorLike(const c10::TypePtr& type) {
+  if (type->kind() == c10::TypeKind::TensorType) return true;
+  auto optional = type->cast<c10::OptionalType>();
+  return optional && optional->getElementType()->kind() == c10::TypeKind::TensorType;
+}
+
+// The structure of what `v` is built from; its tensor leaves are appended
+// to `leaves`. `path` names the value in errors ("out[1]", "out.logits").
+OutputStructure Describe(torch::jit::Value* v, const std::string& path, std::vector<torch::jit::Value*>& leaves) {
+  torch::jit::Node* node = v->node();
+  OutputStructure s;
+  auto children = [&](size_t first, size_t step, const std::vector<std::string>& names) {
+    for (size_t k = first, n = 0; k < node->inputs().size(); k += step, ++n) {
+      std::string child = names.empty() ? path + "[" + std::to_string(n) + "]"
+                                        : (path == "out" ? names[n] : path + "." + names[n]);
+      s.elements.push_back(Describe(node->input(k), child, leaves));
+    }
+  };
+  if (node->kind() == c10::prim::TupleConstruct) {
+    s.kind = OutputStructure::Kind::Tuple;
+    auto tuple = v->type()->expect<c10::TupleType>();
+    if (tuple->schema()) {  // a NamedTuple: its field names
+      for (const auto& field : tuple->schema()->arguments()) s.keys.push_back(field.name());
+    }
+    children(0, 1, s.keys);
+    return s;
+  }
+  if (node->kind() == c10::prim::ListConstruct) {
+    s.kind = OutputStructure::Kind::List;
+    children(0, 1, {});
+    return s;
+  }
+  if (node->kind() == c10::prim::DictConstruct) {
+    s.kind = OutputStructure::Kind::Dict;
+    for (size_t k = 0; k < node->inputs().size(); k += 2) {
+      auto key = torch::jit::toIValue(node->input(k));
+      TORCH_CHECK(key && key->isString(), "forward returns ", path, ", a dict whose keys are not constant "
+                  "strings; a pipeline returns dicts with fixed string keys (return a tuple instead)");
+      s.keys.push_back(key->toStringRef());
+    }
+    children(1, 2, s.keys);
+    return s;
+  }
+  if (node->kind() == c10::prim::Constant && !v->type()->cast<c10::TensorType>()) {
+    auto value = torch::jit::toIValue(v);
+    TORCH_CHECK(value && Recordable(*value), "forward returns ", path, ", a constant ", v->type()->annotation_str(),
+                " the artifact cannot hold; return tensors, None, numbers or strings");
+    s.kind = OutputStructure::Kind::Constant;
+    s.constant = *value;
+    return s;
+  }
+  TORCH_CHECK(IsTensorLike(v->type()), "forward returns ", path, ", a ", v->type()->annotation_str(),
+              " computed in forward", v->type()->cast<c10::ListType>() || v->type()->cast<c10::DictType>()
+                  ? " in a way the compiler cannot follow (in a loop or branch); build it in straight-line code"
+                  : "; a pipeline gathers tensors over micro-batches and cannot return it: return a tensor "
+                    "instead, or drop it");
+  s.leaf = leaves.size();
+  leaves.push_back(v);
+  return s;
+}
+
+// Replaces the graph's one return value by its tensor leaves.
+OutputStructure FlattenReturn(torch::jit::Graph& graph) {
+  TORCH_INTERNAL_ASSERT(graph.outputs().size() == 1);
+  std::vector<torch::jit::Value*> leaves;
+  OutputStructure structure = Describe(graph.outputs()[0], "out", leaves);
+  TORCH_CHECK(!leaves.empty(), "forward returns no tensors (only constants); there is nothing to pipeline");
+  graph.eraseOutput(0);
+  for (torch::jit::Value* leaf : leaves) graph.registerOutput(leaf);
+  return structure;
+}
+
+}  // namespace
 
 torch::jit::Module LoadModel(const std::string& path) {
   TORCH_CHECK(std::filesystem::exists(path), "model file '", path,
@@ -24,6 +105,22 @@ torch::jit::Module LoadModel(const std::string& path) {
   }
 }
 
+std::vector<ForwardArgument> ForwardSignature(const torch::jit::Module& module) {
+  const c10::FunctionSchema& schema = module.get_method("forward").function().getSchema();
+  std::vector<ForwardArgument> signature;
+  for (size_t k = 1; k < schema.arguments().size(); ++k) {  // 0 is self
+    const c10::Argument& a = schema.arguments()[k];
+    ForwardArgument arg;
+    arg.name = a.name();
+    arg.type = a.type()->annotation_str();
+    // A default the manifest cannot hold is not recorded: the argument must then be given.
+    if (a.default_value() && Recordable(*a.default_value())) arg.default_value = *a.default_value();
+    arg.batched = arg.is_tensor();
+    signature.push_back(std::move(arg));
+  }
+  return signature;
+}
+
 LoweredModel LowerModel(const torch::jit::Module& module) {
   TORCH_CHECK(module.find_method("forward"), "the model has no forward method");
   LoweredModel lowered;
@@ -35,21 +132,19 @@ LoweredModel LowerModel(const torch::jit::Module& module) {
   for (size_t k = 1; k < lowered.graph->inputs().size(); ++k) {
     lowered.input_names.push_back(lowered.graph->inputs()[k]->debugName());
   }
+  lowered.arguments = ForwardSignature(module);
+  TORCH_INTERNAL_ASSERT(lowered.arguments.size() == lowered.num_inputs);
   lowered.attributes = LiftAttributes(lowered.graph, module._ivalue());
-  // `return a, b` ends in a TupleConstruct: its elements become the outputs,
-  // so that each can live on (and be gathered from) the stage that makes it.
-  auto& graph = lowered.graph;
-  if (graph->outputs().size() == 1 && graph->outputs()[0]->node()->kind() == c10::prim::TupleConstruct) {
-    torch::jit::Node* tuple = graph->outputs()[0]->node();
-    graph->eraseOutput(0);
-    for (torch::jit::Value* element : tuple->inputs()) graph->registerOutput(element);
-  }
   torch::jit::ConstantPropagation(lowered.graph);
   torch::jit::EliminateDeadCode(lowered.graph);
   // Lists and dicts filled in straight-line code (DenseNet's features, a
   // segmentation backbone's outputs) would otherwise tie every unit between
   // their uses into one: only tensors and plain values cross stages.
   ScalarizeContainers(lowered.graph);
+  // `return a, b` or `return {"logits": x}`: each tensor leaf becomes an
+  // output, so that each can live on (and be gathered from) the stage that makes it.
+  lowered.output_structure = FlattenReturn(*lowered.graph);
+  torch::jit::EliminateDeadCode(lowered.graph);
   return lowered;
 }
 

@@ -69,7 +69,7 @@ StageMeasurements MeasureStages(const LoweredProgram& program, const StagePlan& 
   pipe.train();
   pipe.set_tracing(true);
   torch::manual_seed(0);
-  std::vector<c10::IValue> inputs = MakeSampleInputs(options.sample_inputs);
+  std::vector<c10::IValue> inputs = MakeSampleInputs(options.sample_inputs, program.lowered.arguments);
   const size_t steps = static_cast<size_t>(options.profile_steps) + 1;  // + warm-up
   std::vector<std::vector<double>> forward(n), backward(n), kept(n);
   for (size_t step = 0; step < steps; ++step) {

@@ -21,19 +21,12 @@ double ScaledDiff(const at::Tensor& got, const at::Tensor& want) {
   return (got.to(want.dtype()) - want).abs().max().item<double>() / scale;
 }
 
-std::vector<at::Tensor> Flatten(const c10::IValue& v) {
-  if (v.isTensor()) return {v.toTensor()};
-  TORCH_CHECK(v.isTuple(), "the model returns a ", v.tagKind(),
-              "; --verify compares tensors or tuples of tensors");
-  std::vector<at::Tensor> out;
-  for (const auto& e : v.toTupleRef().elements()) out.push_back(e.toTensor());
-  return out;
-}
+using Leaves = std::vector<std::pair<std::string, c10::IValue>>;
 
-at::Tensor SumAll(const std::vector<at::Tensor>& outputs) {
-  at::Tensor total = torch::zeros({}, outputs.at(0).options());
-  for (const auto& o : outputs) {
-    if (at::isFloatingType(o.scalar_type())) total = total + o.sum();
+at::Tensor SumAll(const Leaves& outputs) {
+  at::Tensor total = torch::zeros({}, at::kDouble);
+  for (const auto& [path, v] : outputs) {
+    if (v.isTensor() && at::isFloatingType(v.toTensor().scalar_type())) total = total + v.toTensor().sum();
   }
   return total;
 }
@@ -48,15 +41,16 @@ SimpleExecutorScope::~SimpleExecutorScope() { torch::jit::getExecutorMode() = pr
 namespace {
 
 struct Run {
-  std::vector<at::Tensor> outputs;
+  Leaves outputs;  // every leaf of the result, with its path ("logits", "out[1]")
   std::map<std::string, at::Tensor> grads;
 };
 
 Run RunOriginal(torch::jit::Module module, const std::vector<c10::IValue>& inputs) {
   module.eval();
   Run run;
-  run.outputs = Flatten(module.forward(inputs));
-  SumAll(run.outputs).backward();
+  run.outputs = FlattenWithPaths(module.forward(inputs));
+  at::Tensor total = SumAll(run.outputs);
+  if (total.requires_grad()) total.backward();
   for (const auto& p : module.named_parameters(/*recurse=*/true)) run.grads[p.name] = p.value.grad();
   return run;
 }
@@ -68,7 +62,7 @@ std::optional<Run> RunFloat64(const std::string& model_path, const std::vector<c
     torch::jit::Module module = LoadModel(model_path);
     module.to(at::kDouble);
     std::vector<c10::IValue> doubles;
-    for (const auto& v : inputs) {
+    for (const auto& v : inputs) {  // the model's own float32 tensors stay float32
       bool floating = v.isTensor() && at::isFloatingType(v.toTensor().scalar_type());
       doubles.push_back(floating ? c10::IValue(v.toTensor().to(at::kDouble)) : v);
     }
@@ -84,13 +78,14 @@ VerifyResult VerifyArtifact(const std::string& model_path, const std::string& ar
                             const std::vector<InputSpec>& specs, double tolerance) {
   SimpleExecutorScope simple_executor;
   torch::manual_seed(0);
-  std::vector<c10::IValue> inputs = MakeSampleInputs(specs);
-  Run want = RunOriginal(LoadModel(model_path), inputs);
+  torch::jit::Module original = LoadModel(model_path);
+  std::vector<c10::IValue> inputs = MakeSampleInputs(specs, ForwardSignature(original));
+  Run want = RunOriginal(original, inputs);
   std::optional<Run> exact = RunFloat64(model_path, inputs);
 
   Pipeline pipeline = Pipeline::load(artifact_path);
   pipeline.eval();
-  std::vector<at::Tensor> got = pipeline.forward(inputs);
+  Leaves got = FlattenWithPaths(pipeline(inputs));
 
   VerifyResult result;
   result.ok = true;
@@ -111,12 +106,29 @@ VerifyResult VerifyArtifact(const std::string& model_path, const std::string& ar
     return diff;
   };
   TORCH_CHECK(got.size() == want.outputs.size(), "the pipeline returns ", got.size(),
-              " outputs but the original model returns ", want.outputs.size());
+              " values but the original model returns ", want.outputs.size());
   for (size_t k = 0; k < got.size(); ++k) {
-    const at::Tensor* reference = exact ? &exact->outputs[k] : nullptr;
-    result.output_diff = std::max(result.output_diff, judge(got[k], want.outputs[k], reference));
+    const auto& [path, g] = got[k];
+    const c10::IValue& w = want.outputs[k].second;
+    TORCH_CHECK(path == want.outputs[k].first, "the pipeline returns ", path, " where the original returns ",
+                want.outputs[k].first);
+    if (g.isTensor() && w.isTensor()) {
+      const c10::IValue* r = exact ? &exact->outputs[k].second : nullptr;
+      at::Tensor reference = r && r->isTensor() ? r->toTensor() : at::Tensor();
+      double diff = judge(g.toTensor(), w.toTensor(), reference.defined() ? &reference : nullptr);
+      if (diff >= result.output_diff) {
+        result.output_diff = diff;
+        result.worst_output = path;
+      }
+      continue;
+    }
+    // None, numbers and strings must be the same.
+    bool same = g.tagKind() == w.tagKind() && (g.isNone() || g == w);
+    TORCH_CHECK(same, "the pipeline returns ", g.tagKind(), " for ", path, " where the original returns ",
+                w.tagKind());
   }
-  SumAll(got).backward();
+  at::Tensor total = SumAll(got);
+  if (total.requires_grad()) total.backward();
   for (const auto& [name, param] : pipeline.named_parameters()) {
     auto it = want.grads.find(name);
     TORCH_CHECK(it != want.grads.end(), "pipeline parameter '", name,

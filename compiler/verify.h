@@ -9,6 +9,7 @@ namespace gpipe {
 
 struct VerifyResult {
   double output_diff = 0;  // max |pipeline - original| / max(1, max |original|), over outputs
+  std::string worst_output;  // the output with the largest difference, by path ("logits", "out[1]")
   double grad_diff = 0;    // the same over every parameter gradient of sum(outputs)
   std::string worst_grad;  // parameter with the largest gradient difference
   size_t parameters_compared = 0;

@@ -11,6 +11,8 @@
 
 #include <c10/util/Exception.h>
 
+#include "runtime/model_interface_json.h"
+
 namespace gpipe {
 namespace {
 
@@ -132,7 +134,9 @@ std::string ManifestToJson(const Manifest& m) {
             {"format_version", m.format_version},
             {"source_model", m.source_model},
             {"inputs", m.input_names},
+            {"arguments", ArgumentsToJson(m.arguments)},
             {"outputs", outputs},
+            {"output_structure", OutputStructureToJson(m.output_structure)},
             {"chunks", m.chunks},
             {"checkpoint", ToString(m.checkpoint)},
             {"deferred_batch_norm", m.deferred_batch_norm},
@@ -158,9 +162,22 @@ Manifest ParseManifest(const std::string& text) {
               "); recompile the model with this gpipe-compile or upgrade gpipe-cpp");
   m.source_model = Field<std::string>(j, "source_model", "the manifest");
   m.input_names = Field<std::vector<std::string>>(j, "inputs", "the manifest");
+  if (j.contains("arguments")) {
+    m.arguments = ArgumentsFromJson(j["arguments"]);
+  } else {
+    for (const auto& name : m.input_names) {
+      ForwardArgument arg;
+      arg.name = name;
+      arg.type = "Any";
+      m.arguments.push_back(std::move(arg));
+    }
+  }
   for (const auto& o : ArrayField(j, "outputs", "the manifest")) {
     m.outputs.push_back(SourceFromJson(o, "a model output"));
   }
+  m.output_structure = j.contains("output_structure")
+                           ? OutputStructureFromJson(j["output_structure"], m.outputs.size())
+                           : OutputStructure::Default(m.outputs.size());
   m.chunks = Field<int64_t>(j, "chunks", "the manifest");
   m.checkpoint = ParseCheckpointMode(Field<std::string>(j, "checkpoint", "the manifest"));
   m.deferred_batch_norm = OptionalField<bool>(j, "deferred_batch_norm", "the manifest", false);
@@ -208,7 +225,8 @@ Manifest ParseManifest(const std::string& text) {
 void ValidateManifest(const Manifest& m) {
   TORCH_CHECK(!m.stages.empty(), "manifest: the artifact has no stages");
   TORCH_CHECK(m.chunks >= 1, "manifest: chunks is ", m.chunks, "; it must be at least 1");
-  TORCH_CHECK(!m.outputs.empty(), "manifest: the model has no outputs");
+  TORCH_CHECK(m.arguments.size() == m.input_names.size(), "manifest: ", m.arguments.size(),
+              " arguments for ", m.input_names.size(), " inputs");
   const auto num_stages = static_cast<int64_t>(m.stages.size());
   for (int64_t s = 0; s < num_stages; ++s) {
     const auto& st = m.stages[s];

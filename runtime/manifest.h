@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "runtime/checkpoint_mode.h"
+#include "runtime/model_interface.h"
 
 namespace gpipe {
 
@@ -44,7 +45,11 @@ struct Manifest {
   int64_t format_version = kManifestFormatVersion;
   std::string source_model;
   std::vector<std::string> input_names;
-  std::vector<ValueSource> outputs;
+  // The original forward's arguments, one per input (artifacts from before
+  // they were recorded: type "Any", no defaults, no samples).
+  std::vector<ForwardArgument> arguments;
+  std::vector<ValueSource> outputs;  // the tensor leaves of what forward returns
+  OutputStructure output_structure;  // how they nest (absent: one output, or a tuple)
   int64_t chunks = 1;
   CheckpointMode checkpoint = CheckpointMode::ExceptLast;
   bool deferred_batch_norm = false;  // stages commit batch-norm statistics once per mini-batch

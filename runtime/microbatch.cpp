@@ -4,14 +4,23 @@
 
 namespace gpipe {
 
-MicroBatches Scatter(const std::vector<c10::IValue>& inputs, int64_t chunks) {
+namespace {
+
+std::string InputName(const std::vector<ForwardArgument>& signature, size_t k) {
+  return k < signature.size() ? "'" + signature[k].name + "'" : std::to_string(k);
+}
+
+}  // namespace
+
+MicroBatches Scatter(const std::vector<c10::IValue>& inputs, int64_t chunks,
+                     const std::vector<ForwardArgument>& signature) {
   TORCH_CHECK(chunks >= 1, "chunks is ", chunks, "; it must be at least 1");
   MicroBatches mb;
   int64_t batch = -1;
   size_t first_batched = 0;
   for (size_t k = 0; k < inputs.size(); ++k) {
     const auto& v = inputs[k];
-    bool is_batched = v.isTensor() && v.toTensor().dim() >= 1;
+    bool is_batched = v.isTensor() && v.toTensor().dim() >= 1 && (k >= signature.size() || signature[k].batched);
     mb.batched.push_back(is_batched);
     if (!is_batched) continue;
     int64_t rows = v.toTensor().size(0);
@@ -19,8 +28,11 @@ MicroBatches Scatter(const std::vector<c10::IValue>& inputs, int64_t chunks) {
       batch = rows;
       first_batched = k;
     }
-    TORCH_CHECK(rows == batch, "input ", k, " has ", rows, " rows in dim 0 but input ",
-                first_batched, " has ", batch, "; batched inputs must share the batch size");
+    TORCH_CHECK(rows == batch, "input ", InputName(signature, k), " has ", rows, " rows in dim 0 but input ",
+                InputName(signature, first_batched), " has ", batch, "; batched inputs must share the batch size",
+                k < signature.size() ? " (if " + InputName(signature, k) + " is the same for every sample, "
+                                       "compile with --unbatched-inputs " + signature[k].name + ")"
+                                     : std::string());
   }
   TORCH_CHECK(batch >= 0, "no input is a tensor with a batch dimension, so there is nothing to "
               "split into micro-batches; pass the batch as a tensor of shape [B, ...]");

@@ -173,13 +173,20 @@ at::Tensor Pipeline::forward(const at::Tensor& input) {
   return forward(std::vector<c10::IValue>{input}).at(0);
 }
 
-std::shared_ptr<PipelineRun> Pipeline::RunForward(const std::vector<c10::IValue>& inputs, bool needs_grad,
+std::shared_ptr<PipelineRun> Pipeline::RunForward(std::vector<c10::IValue> inputs, bool needs_grad,
                                                  std::vector<at::Tensor>& outputs) {
   const Manifest& manifest = core_->manifest;
   TORCH_CHECK(inputs.size() == manifest.input_names.size(), "the model takes ",
               manifest.input_names.size(), " inputs but forward got ", inputs.size());
-  auto run = std::make_shared<PipelineRun>(core_, Scatter(inputs, core_->chunks), needs_grad);
-  run->Forward();
+  CheckArguments(manifest.arguments, inputs);
+  auto run = std::make_shared<PipelineRun>(core_, Scatter(inputs, core_->chunks, manifest.arguments), needs_grad);
+  try {
+    run->Forward();
+  } catch (const std::exception&) {
+    // A shape the model was not compiled for: say which input, not where deep inside it failed.
+    if (auto mismatch = DescribeMismatch(manifest.arguments, inputs)) TORCH_CHECK(false, *mismatch);
+    throw;
+  }
   {
     // Deferred batch norm: the whole mini-batch's statistics, folded in once.
     at::NoGradGuard no_grad;
@@ -191,7 +198,17 @@ std::shared_ptr<PipelineRun> Pipeline::RunForward(const std::vector<c10::IValue>
   at::NoGradGuard no_grad;  // gather outside the stage graphs
   for (size_t k = 0; k < manifest.outputs.size(); ++k) {
     auto parts = run->OutputParts(k);
-    for (auto& p : parts) p = p.detach();
+    size_t none = 0;
+    for (auto& p : parts) {
+      none += !p.defined();
+      if (p.defined()) p = p.detach();
+    }
+    TORCH_CHECK(none == 0 || none == parts.size(), "model output ", k, " is None for some micro-batches and a "
+                "tensor for others; a pipelined model must return the same kind of value for every micro-batch");
+    if (none > 0) {
+      outputs.emplace_back();  // None
+      continue;
+    }
     at::Tensor gathered = Gather(parts);
     // A fresh variable even for one micro-batch, so that it can own the
     // pipeline's autograd node instead of the stage's.
@@ -216,7 +233,8 @@ void AttachBackward(const std::shared_ptr<PipelineRun>& run, const std::vector<c
   }
   std::vector<size_t> grad_outputs;
   for (size_t k = 0; k < outputs.size(); ++k) {
-    if (at::isFloatingType(outputs[k].scalar_type()) || at::isComplexType(outputs[k].scalar_type())) {
+    if (outputs[k].defined() &&
+        (at::isFloatingType(outputs[k].scalar_type()) || at::isComplexType(outputs[k].scalar_type()))) {
       grad_outputs.push_back(k);
     }
   }
@@ -229,7 +247,8 @@ void AttachBackward(const std::shared_ptr<PipelineRun>& run, const std::vector<c
 
 }  // namespace
 
-std::vector<at::Tensor> Pipeline::forward(const std::vector<c10::IValue>& inputs) {
+std::vector<at::Tensor> Pipeline::forward(const std::vector<c10::IValue>& args, const Kwargs& kwargs) {
+  std::vector<c10::IValue> inputs = BindArguments(core_->manifest.arguments, args, kwargs);
   TORCH_CHECK(!core_->peers || !at::GradMode::is_enabled(),
               "forward() of a multi-process pipeline runs inference only: call it under "
               "torch::NoGradGuard, and train with train_step(), which runs every rank's backward");
@@ -244,6 +263,14 @@ std::vector<at::Tensor> Pipeline::forward(const std::vector<c10::IValue>& inputs
   return outputs;
 }
 
+c10::IValue Pipeline::operator()(const std::vector<c10::IValue>& args, const Kwargs& kwargs) {
+  std::vector<at::Tensor> outputs = forward(args, kwargs);
+  if (!core_->ranks.HoldsOutputs()) return c10::IValue();
+  return RebuildOutput(core_->manifest.output_structure, outputs);
+}
+
+const std::vector<ForwardArgument>& Pipeline::signature() const { return core_->manifest.arguments; }
+
 double Pipeline::train_step(const std::vector<c10::IValue>& inputs, const LossFunction& loss) {
   at::AutoGradMode grad_mode(true);
   if (!core_->peers) {
@@ -254,7 +281,7 @@ double Pipeline::train_step(const std::vector<c10::IValue>& inputs, const LossFu
   // Every rank runs its part of both schedules; needs_grad must agree across
   // ranks, so it does not depend on which parameters this rank holds.
   std::vector<at::Tensor> outputs;
-  auto run = RunForward(inputs, true, outputs);
+  auto run = RunForward(BindArguments(core_->manifest.arguments, inputs), true, outputs);
   at::Tensor total = at::zeros({1}, at::kDouble);
   if (core_->ranks.HoldsOutputs()) {
     AttachBackward(run, inputs, outputs);

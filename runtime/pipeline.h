@@ -58,16 +58,29 @@ class Pipeline {
   static Pipeline load(const std::string& path, const PipelineOptions& options = {});
 
   at::Tensor forward(const at::Tensor& input);  // single-input, single-output models
-  // With several processes, every rank calls forward with the same inputs
-  // (under NoGradGuard: train with train_step); the rank holding the model
-  // outputs (holds_outputs()) gets them, the others an empty vector.
-  std::vector<at::Tensor> forward(const std::vector<c10::IValue>& inputs);
+  // The model's tensor outputs, flat, in order (an undefined tensor where the
+  // model returns None). Arguments are the original forward's, by position
+  // and by name; omitted ones take their defaults. An input whose shape or
+  // dtype differs from the compiled sample and makes the model fail is named
+  // in a one-line error. With several processes, every rank calls forward
+  // with the same inputs (under NoGradGuard: train with train_step); the rank
+  // holding the model outputs (holds_outputs()) gets them, the others an
+  // empty vector.
+  std::vector<at::Tensor> forward(const std::vector<c10::IValue>& args, const Kwargs& kwargs = {});
+
+  // Like the model itself: the result in the original structure (tensor,
+  // tuple, list, dict, None). Its tensors are forward()'s, so gradients flow
+  // from any of them.
+  c10::IValue operator()(const std::vector<c10::IValue>& args, const Kwargs& kwargs = {});
 
   // One training step's forward and backward: loss(forward(inputs)).backward(),
   // filling the parameters' .grad. With several processes, every rank calls
   // it with the same inputs; `loss` runs on the rank holding the outputs and
   // every rank gets the loss's value back.
   double train_step(const std::vector<c10::IValue>& inputs, const LossFunction& loss);
+
+  // The original forward's arguments, as recorded.
+  const std::vector<ForwardArgument>& signature() const;
 
   // Trainable parameters, in stage order; names are the original model's.
   // With several processes: those of this rank's stages only.
@@ -100,7 +113,7 @@ class Pipeline {
 
  private:
   explicit Pipeline(std::shared_ptr<PipelineCore> core);
-  std::shared_ptr<PipelineRun> RunForward(const std::vector<c10::IValue>& inputs, bool needs_grad,
+  std::shared_ptr<PipelineRun> RunForward(std::vector<c10::IValue> inputs, bool needs_grad,
                                           std::vector<at::Tensor>& outputs);
   std::vector<std::pair<std::string, at::Tensor>> named_tensors(bool buffers) const;
   std::shared_ptr<PipelineCore> core_;

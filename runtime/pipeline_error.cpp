@@ -5,8 +5,16 @@
 namespace gpipe {
 
 std::string ErrorMessage(const std::exception& e) {
-  if (auto* c10_error = dynamic_cast<const c10::Error*>(&e)) return c10_error->what_without_backtrace();
-  return e.what();
+  std::string message = e.what();
+  if (auto* c10_error = dynamic_cast<const c10::Error*>(&e)) message = c10_error->what_without_backtrace();
+  // The TorchScript interpreter's 20-line traceback ends in the error itself
+  // ("RuntimeError: mat1 and mat2 shapes cannot be multiplied ..."): keep that.
+  if (message.find("Traceback of TorchScript") != std::string::npos) {
+    size_t end = message.find_last_not_of(" \n");
+    size_t start = message.rfind('\n', end);
+    if (end != std::string::npos) message = message.substr(start == std::string::npos ? 0 : start + 1, end - start);
+  }
+  return message;
 }
 
 PipelineError::PipelineError(size_t stage, size_t micro_batch, const std::string& phase,

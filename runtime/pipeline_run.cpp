@@ -188,9 +188,9 @@ std::vector<at::Tensor> PipelineRun::OutputParts(size_t k) const {
   const ValueSource& source = core_->manifest.outputs[k];
   for (size_t i = 0; i < slots_.size(); ++i) {
     c10::IValue v = IsRemote(source) ? remote_outputs_[i][k] : SourceValue(i, source);
-    TORCH_CHECK(v.isTensor(), "model output ", k, " is a ", v.tagKind(),
+    TORCH_CHECK(v.isTensor() || v.isNone(), "model output ", k, " is a ", v.tagKind(),
                 ", not a tensor; a pipelined model must return tensors with a batch dimension");
-    parts.push_back(v.toTensor());
+    parts.push_back(v.isNone() ? at::Tensor() : v.toTensor());
   }
   return parts;
 }

@@ -11,6 +11,9 @@ Manifest TwoStages() {
   Manifest m;
   m.source_model = "mlp.pt";
   m.input_names = {"input"};
+  ForwardArgument input;
+  input.name = "input";
+  m.arguments = {input};
   m.chunks = 4;
   m.checkpoint = CheckpointMode::Never;
   StageEntry s0;
@@ -97,6 +100,55 @@ TEST(Manifest, ReferencesMustPointToEarlierStages) {
   j = nlohmann::json::parse(ManifestToJson(TwoStages()));
   j["outputs"][0]["index"] = 5;
   EXPECT_NE(ErrorOf(j.dump()).find("reads output 5 of stage 1, which has 1 outputs"), std::string::npos);
+}
+
+TEST(Manifest, ForwardSignatureAndOutputStructureRoundTrip) {
+  Manifest m = TwoStages();
+  m.input_names = {"src", "mask", "scale"};
+  ForwardArgument src, mask, scale;
+  src.name = "src";
+  src.sample_dtype = c10::kFloat;
+  src.sample_sizes = {8, 16};
+  mask.name = "mask";
+  mask.type = "Optional[Tensor]";
+  mask.default_value = c10::IValue();
+  mask.batched = false;
+  scale.name = "scale";
+  scale.type = "float";
+  scale.default_value = 0.5;
+  m.arguments = {src, mask, scale};
+  OutputStructure dict;
+  dict.kind = OutputStructure::Kind::Dict;
+  dict.keys = {"logits", "aux"};
+  OutputStructure none;
+  none.kind = OutputStructure::Kind::Constant;
+  dict.elements = {OutputStructure::Leaf(0), none};
+  m.output_structure = dict;
+  Manifest back = ParseManifest(ManifestToJson(m));
+  EXPECT_EQ(ManifestToJson(back), ManifestToJson(m));
+  ASSERT_EQ(back.arguments.size(), 3u);
+  EXPECT_EQ(back.arguments[0].sample_sizes, (std::vector<int64_t>{8, 16}));
+  EXPECT_EQ(*back.arguments[0].sample_dtype, c10::kFloat);
+  EXPECT_TRUE(back.arguments[1].default_value->isNone());
+  EXPECT_FALSE(back.arguments[1].batched);
+  EXPECT_EQ(back.arguments[2].default_value->toDouble(), 0.5);
+  EXPECT_EQ(back.output_structure.keys, (std::vector<std::string>{"logits", "aux"}));
+
+  auto j = nlohmann::json::parse(ManifestToJson(m));
+  j["output_structure"]["dict"][0]["leaf"] = 3;  // there is one output
+  EXPECT_NE(ErrorOf(j.dump()).find("the output structure names output 3 but the model has 1"), std::string::npos)
+      << ErrorOf(j.dump());
+  j = nlohmann::json::parse(ManifestToJson(m));
+  j["arguments"][0]["sample_dtype"] = "float99";
+  EXPECT_NE(ErrorOf(j.dump()).find("argument 'src' has an unknown sample_dtype \"float99\""), std::string::npos)
+      << ErrorOf(j.dump());
+  // An artifact from before the interface was recorded: arguments of any type, one output as itself.
+  j = nlohmann::json::parse(ManifestToJson(TwoStages()));
+  j.erase("arguments");
+  j.erase("output_structure");
+  Manifest old = ParseManifest(j.dump());
+  EXPECT_EQ(old.arguments.at(0).type, "Any");
+  EXPECT_EQ(old.output_structure.kind, OutputStructure::Kind::Leaf);
 }
 
 }  // namespace
