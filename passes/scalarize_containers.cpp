@@ -14,8 +14,9 @@
 //         aten::__contains__(d, k)     -> constant
 //         aten::len(d)                 -> constant
 //         aten::values(d)              -> a new list of the values (itself scalarized next round)
-//   either: an op whose schema neither writes nor aliases the argument, or
-//         the graph's return          -> a fresh construct of the contents, just before it.
+//   either: an op whose schema neither writes nor aliases the argument, the
+//         graph's return, or a tuple/list/dict built from it (after which it
+//         must not change)            -> a fresh construct of the contents, just before it.
 // Indices and keys must be constants. The uses are first simulated; the
 // rewrite happens only when every use is one of the above. Rounds repeat
 // until nothing changes (a rewrite can expose new containers).
@@ -55,6 +56,13 @@ std::optional<int64_t> ConstantIndex(Value* v, size_t size) {
   if (i < 0) i += static_cast<int64_t>(size);
   if (i < 0 || i >= static_cast<int64_t>(size)) return std::nullopt;
   return i;
+}
+
+// A tuple, list or dict built with the container as an element: it holds
+// the container itself, so the container must not change afterwards.
+bool IsConstruct(const Node* user) {
+  return user->kind() == c10::prim::TupleConstruct || user->kind() == c10::prim::ListConstruct ||
+         user->kind() == c10::prim::DictConstruct;
 }
 
 // An op that only reads the argument at `offset`: its schema neither writes
@@ -131,8 +139,13 @@ class ContainerScalarizer {
     // Simulate, recording each rewrite; apply them only if every use is understood.
     std::vector<std::function<void()>> rewrites;
     bool gains = false;  // only whole reads: the container is as good as its elements already
+    bool captured = false;  // held by another container from here on: no more changes to it
     for (const Use& use : uses) {
-      bool whole_read = use.user == graph_->return_node() || ReadsOnly(use.user, use.offset);
+      bool whole_read =
+          use.user == graph_->return_node() || ReadsOnly(use.user, use.offset) || IsConstruct(use.user);
+      const auto kind = use.user->kind();
+      if (captured && (kind == c10::aten::append || kind == c10::aten::_set_item)) return false;
+      captured = captured || IsConstruct(use.user);
       auto rewrite = Plan(use, container, contents);
       if (!rewrite) return false;
       gains = gains || !whole_read;
@@ -226,7 +239,7 @@ class ContainerScalarizer {
         ReplaceWith(user, list->output());
       };
     }
-    if (user == graph_->return_node() || ReadsOnly(user, use.offset)) {
+    if (user == graph_->return_node() || ReadsOnly(user, use.offset) || IsConstruct(user)) {
       Contents snapshot = contents;
       c10::TypePtr type = container->type();
       size_t offset = use.offset;

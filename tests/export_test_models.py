@@ -7,6 +7,8 @@ import argparse
 import os
 import sys
 
+from typing import Dict, List, Optional, Tuple
+
 import torch
 from torch import nn
 
@@ -62,6 +64,96 @@ class MultiIO(nn.Module):
         return out, h1
 
 
+class OptionalArgs(nn.Module):
+    """Hugging Face style: an optional mask and a scalar with defaults, a dict output."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = Half(6, 8)
+        self.body = Half(8, 8)
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x, mask: Optional[torch.Tensor] = None, scale: float = 1.0) -> Dict[str, torch.Tensor]:
+        h = self.embed(x) * scale
+        if mask is not None:
+            h = h * mask.unsqueeze(-1)
+        h = self.body(h)
+        return {"logits": self.head(h), "hidden": h}
+
+
+class NestedOut(nn.Module):
+    """Nested tuples and lists with a None and a constant among them."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = Half(4, 5)
+        self.b = Half(5, 5)
+        self.c = Half(5, 2)
+
+    def forward(self, x) -> Tuple[torch.Tensor, Tuple[torch.Tensor, Optional[torch.Tensor]], List[torch.Tensor], int]:
+        h1 = self.a(x)
+        h2 = self.b(h1)
+        out = self.c(h2)
+        aux: Optional[torch.Tensor] = None
+        if self.training:
+            aux = h2 * 2.0
+        return out, (h1, aux), [h2, out + 1.0], 7
+
+
+class DenseLayer(nn.Module):
+    def __init__(self, channels: int, growth: int):
+        super().__init__()
+        self.norm = nn.BatchNorm2d(channels)
+        self.conv = nn.Conv2d(channels, growth, 3, padding=1)
+
+    def forward(self, features: List[torch.Tensor]) -> torch.Tensor:
+        return self.conv(torch.relu(self.norm(torch.cat(features, 1))))
+
+
+class DenseBlock(nn.ModuleDict):
+    """DenseNet's concatenation: every layer reads and appends to one list."""
+
+    def __init__(self, layers: int, channels: int, growth: int):
+        super().__init__()
+        for i in range(layers):
+            self.add_module("layer%d" % (i + 1), DenseLayer(channels + i * growth, growth))
+
+    def forward(self, x):
+        features = [x]
+        for name, layer in self.items():
+            features.append(layer(features))
+        return torch.cat(features, 1)
+
+
+def dense_concat() -> nn.Module:
+    """A small dense block with batch norm: cut inside the block at --unit-depth 3, its
+    layers once got each other's batch-norm buffers (the list crossed a stage boundary)."""
+    features = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), DenseBlock(4, 4, 2))
+    return nn.Sequential(features, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(12, 5))
+
+
+def export_zoo_subset(directory: str) -> None:
+    """Small torchvision models of different families, for the ctest zoo subset."""
+    import torchvision
+    from torchvision.models import segmentation
+
+    models = {
+        "tv_mobilenet_v3_small": torchvision.models.mobilenet_v3_small(weights=None, num_classes=10),
+        "tv_squeezenet1_1": torchvision.models.squeezenet1_1(weights=None, num_classes=10),
+        "tv_densenet_small": torchvision.models.DenseNet(growth_rate=8, block_config=(2, 3, 2),
+                                                         num_init_features=16, bn_size=2, num_classes=10),
+        "tv_vit_tiny": torchvision.models.VisionTransformer(image_size=32, patch_size=8, num_layers=4,
+                                                            num_heads=2, hidden_dim=16, mlp_dim=32, num_classes=10),
+        "tv_googlenet": torchvision.models.googlenet(weights=None, aux_logits=True, init_weights=False,
+                                                     num_classes=10),
+        "tv_lraspp": segmentation.lraspp_mobilenet_v3_large(weights=None, weights_backbone=None, num_classes=3),
+        "transformer_encoder": nn.TransformerEncoder(nn.TransformerEncoderLayer(16, 2, 32, batch_first=True), 4),
+    }
+    for name, model in models.items():
+        torch.manual_seed(0)
+        torch.jit.script(model.eval()).save(os.path.join(directory, name + ".pt"))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--dir", required=True)
@@ -85,6 +177,10 @@ def main() -> None:
     torch.jit.script(UNet(base=4)).save(os.path.join(args.dir, "unet.pt"))
     torch.jit.script(GPT(vocab=50, dim=16, heads=2, layers=3, context=16, dropout=0.1)).save(
         os.path.join(args.dir, "gpt.pt"))
+    torch.jit.script(OptionalArgs()).save(os.path.join(args.dir, "optional_args.pt"))
+    torch.jit.script(NestedOut()).save(os.path.join(args.dir, "nested_out.pt"))
+    torch.jit.script(dense_concat()).save(os.path.join(args.dir, "dense_concat.pt"))
+    export_zoo_subset(args.dir)
     import torchvision
     torch.jit.script(torchvision.models.resnet50(weights=None, num_classes=10)).save(
         os.path.join(args.dir, "resnet50.pt"))
