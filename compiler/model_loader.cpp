@@ -69,8 +69,8 @@ OutputStructure Describe(torch::jit::Value* v, const std::string& path, std::vec
     s.constant = *value;
     return s;
   }
-  TORCH_CHECK(IsTensorLike(v->type()), "forward returns ", path, ", a ", v->type()->annotation_str(),
-              " computed in forward", v->type()->cast<c10::ListType>() || v->type()->cast<c10::DictType>()
+  TORCH_CHECK(IsTensorLike(v->type()), "forward returns ", path, " (", v->type()->annotation_str(),
+              ") computed in forward", v->type()->cast<c10::ListType>() || v->type()->cast<c10::DictType>()
                   ? " in a way the compiler cannot follow (in a loop or branch); build it in straight-line code"
                   : "; a pipeline gathers tensors over micro-batches and cannot return it: return a tensor "
                     "instead, or drop it");
