@@ -130,11 +130,18 @@ while IFS=$'\t' read -r name kind status input params note; do
   printf '  %-38s %-14s %-14s %s\n' "$name" "$kind" "$status" "$note"; none=
 done < <(tail -n +2 "$TSV")
 [ -z "$none" ] || echo "  (none)"
-echo "detection models (List[Tensor] input: scripted only, not compiled):"
+echo "detection models (List[Tensor] images in, List[Dict] detections out): what gpipe-compile --stages 2 says"
 none=1
 while IFS=$'\t' read -r name kind status input params note; do
   if [ "$kind" != detection ] || ! selected "$name"; then continue; fi
-  printf '  %-38s %-14s %10s  %s\n' "$name" "$status" "$params" "$note"; none=
+  said=$status
+  if [ "$status" = ok ]; then
+    log=$OUT/logs/$name.s2.log
+    timeout "$TIMEOUT" "$COMPILE" "$OUT/$name.pt" -o "$OUT/$name.s2.gpipe" --stages 2 > "$log" 2>&1 < /dev/null || true
+    rm -f "$OUT/$name.s2.gpipe"
+    said=$(error_of "$log"); said=${said:-compiled}
+  fi
+  printf '  %-38s %10s  %s\n' "$name" "$params" "$said"; none=
 done < <(tail -n +2 "$TSV")
 [ -z "$none" ] || echo "  (none selected)"
 printf '%s\n' "${rows[@]}" | awk -F'\t' 'NF && (!n++ || $8 + 0 > max) { max = $8 + 0; row = $0 }

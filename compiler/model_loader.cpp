@@ -98,9 +98,22 @@ torch::jit::Module LoadModel(const std::string& path) {
   TORCH_CHECK(std::filesystem::is_regular_file(path), "model path '", path, "' is not a file");
   try {
     return torch::jit::load(path, c10::Device(c10::kCPU));
-  } catch (const c10::Error& e) {
-    TORCH_CHECK(false, "cannot load '", path, "' as a TorchScript model (",
-                e.what_without_backtrace(), "); export it with torch.jit.script(model).save(...) "
+  } catch (const std::exception& e) {  // c10::Error, or torch::jit::ErrorReport from the script compiler
+    auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+    std::string why = c10_error ? c10_error->what_without_backtrace() : e.what();
+    // A custom operator (torchvision's detection models use torchvision::nms):
+    // the message is a multi-line TorchScript excerpt; name the operator instead.
+    const std::string unknown = "Unknown builtin op: ";
+    size_t at = why.find(unknown);
+    if (at != std::string::npos) {
+      std::string op = why.substr(at + unknown.size());
+      op = op.substr(0, op.find_first_of(".\n "));
+      TORCH_CHECK(false, "cannot load '", path, "': it calls the operator ", op, ", which LibTorch does not ",
+                  "define (it comes from an extension library, e.g. torchvision's C++ ops); gpipe-cpp cannot ",
+                  "load models that need extension operators yet");
+    }
+    TORCH_CHECK(false, "cannot load '", path, "' as a TorchScript model (", why,
+                "); export it with torch.jit.script(model).save(...) "
                 "or torch.jit.trace(model, example).save(...)");
   }
 }
