@@ -107,6 +107,16 @@ json ValueToJson(const c10::IValue& v) {
   TORCH_CHECK(false, "cannot record a value of kind ", v.tagKind());
 }
 
+template <typename T>
+c10::List<T> ListFromJson(const json& j, bool (json::*is)() const noexcept, const char* what, const std::string& where) {
+  c10::List<T> list;
+  for (const auto& e : j) {
+    TORCH_CHECK((e.*is)(), "manifest: ", where, " must hold ", what);
+    list.push_back(e.get<T>());
+  }
+  return list;
+}
+
 c10::IValue ValueFromJson(const json& j, const std::string& type, const std::string& where) {
   if (j.is_null()) return c10::IValue();
   if (j.is_boolean()) return j.get<bool>();
@@ -115,27 +125,10 @@ c10::IValue ValueFromJson(const json& j, const std::string& type, const std::str
   if (j.is_string()) return j.get<std::string>();
   TORCH_CHECK(j.is_array(), "manifest: ", where, " is not a value the artifact can hold");
   if (type.find("float") != std::string::npos) {
-    c10::List<double> list;
-    for (const auto& e : j) {
-      TORCH_CHECK(e.is_number(), "manifest: ", where, " must hold numbers");
-      list.push_back(e.get<double>());
-    }
-    return list;
+    return ListFromJson<double>(j, &json::is_number, "numbers", where);
   }
-  if (type.find("bool") != std::string::npos) {
-    c10::List<bool> list;
-    for (const auto& e : j) {
-      TORCH_CHECK(e.is_boolean(), "manifest: ", where, " must hold booleans");
-      list.push_back(e.get<bool>());
-    }
-    return list;
-  }
-  c10::List<int64_t> list;
-  for (const auto& e : j) {
-    TORCH_CHECK(e.is_number_integer(), "manifest: ", where, " must hold integers");
-    list.push_back(e.get<int64_t>());
-  }
-  return list;
+  if (type.find("bool") != std::string::npos) return ListFromJson<bool>(j, &json::is_boolean, "booleans", where);
+  return ListFromJson<int64_t>(j, &json::is_number_integer, "integers", where);
 }
 
 const json& Member(const json& j, const char* key, const std::string& where) {

@@ -10,11 +10,7 @@ namespace {
 using testing::ParentModule;
 using testing::ScaleModule;
 
-std::vector<std::string> Names(const std::vector<PartitionUnit>& units) {
-  std::vector<std::string> names;
-  for (const auto& u : units) names.push_back(u.name);
-  return names;
-}
+auto Names = [](const std::vector<PartitionUnit>& units) { return testing::UnitNames(units); };
 
 // A block of `n` scaling layers l0..l{n-1}, called in order.
 torch::jit::Module Block(const std::string& name, int n) {

@@ -49,6 +49,13 @@ inline std::shared_ptr<torch::jit::Graph> InlinedForward(const torch::jit::Modul
   return graph;
 }
 
+template <typename Units>
+std::vector<std::string> UnitNames(const Units& units) {
+  std::vector<std::string> names;
+  for (const auto& u : units) names.push_back(u.name);
+  return names;
+}
+
 inline std::shared_ptr<torch::jit::Graph> ParseGraph(const std::string& ir) {
   auto graph = std::make_shared<torch::jit::Graph>();
   torch::jit::parseIR(ir, graph.get());

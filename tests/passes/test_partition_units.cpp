@@ -11,11 +11,7 @@ using testing::InlinedForward;
 using testing::ParentModule;
 using testing::ScaleModule;
 
-std::vector<std::string> Names(const std::vector<PartitionUnit>& units) {
-  std::vector<std::string> names;
-  for (const auto& u : units) names.push_back(u.name);
-  return names;
-}
+auto Names = [](const std::vector<PartitionUnit>& units) { return testing::UnitNames(units); };
 
 TEST(PartitionUnits, OneUnitPerChildCall) {
   auto m = ParentModule("Seq", {{"l0", ScaleModule("U0", 1.0)}, {"l1", ScaleModule("U1", 2.0)},
@@ -56,6 +52,31 @@ TEST(PartitionUnits, RootNodesJoinTheUnitTheyFeed) {
   size_t index = 0;
   for (auto* node : graph->nodes()) {
     if (node->kind() == c10::aten::sub) {
+      EXPECT_GE(index, units[1].begin);
+      EXPECT_LT(index, units[1].end);
+    }
+    ++index;
+  }
+}
+
+TEST(PartitionUnits, TrailingGlueOfARefinedBlockStaysInsideIt) {
+  // The block's own `y * 2.0` (like a dense block's final torch.cat) follows
+  // its last child; at depth 2 it must not join `head`, outside the block.
+  auto block = ParentModule("GlueBlock", {{"c0", ScaleModule("GC0", 1.0)}, {"c1", ScaleModule("GC1", 2.0)}}, R"(
+    def forward(self, x):
+        y = self.c1.forward(self.c0.forward(x))
+        return y * 2.0
+  )");
+  auto m = ParentModule("GlueTop", {{"block", block}, {"head", ScaleModule("GHead", 3.0)}}, R"(
+    def forward(self, x):
+        return self.head.forward(self.block.forward(x))
+  )");
+  auto graph = InlinedForward(m);
+  auto units = FindPartitionUnits(graph, 2);
+  ASSERT_EQ(Names(units), (std::vector<std::string>{"block.c0", "block.c1", "head"}));
+  size_t index = 0;
+  for (auto* node : graph->nodes()) {
+    if (node->kind() == c10::aten::mul && ModulePathOf(node) == "block") {
       EXPECT_GE(index, units[1].begin);
       EXPECT_LT(index, units[1].end);
     }
