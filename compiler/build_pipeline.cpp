@@ -20,7 +20,8 @@ ValueSource ToSource(const ValueRef& ref) {
   return source;
 }
 
-void CheckPlacement(const CompileOptions& options, size_t num_stages, std::vector<std::string>& devices) {
+void CheckPlacement(const CompileOptions& options, size_t num_stages,
+                    std::vector<std::string>& devices) {
   if (devices.empty()) devices.assign(num_stages, "cpu");
   TORCH_CHECK(devices.size() == num_stages, "--devices lists ", devices.size(),
               " devices but there are ", num_stages, " stages; give one device per stage");
@@ -29,8 +30,8 @@ void CheckPlacement(const CompileOptions& options, size_t num_stages, std::vecto
   TORCH_CHECK(options.ranks.size() == num_stages, "--ranks lists ", options.ranks.size(),
               " ranks but there are ", num_stages, " stages; give one rank per stage");
   std::set<int> used(options.ranks.begin(), options.ranks.end());
-  TORCH_CHECK(*used.begin() == 0 && *used.rbegin() == static_cast<int>(used.size()) - 1, "--ranks uses ranks ",
-              c10::Join(",", std::vector<int>(used.begin(), used.end())),
+  TORCH_CHECK(*used.begin() == 0 && *used.rbegin() == static_cast<int>(used.size()) - 1,
+              "--ranks uses ranks ", c10::Join(",", std::vector<int>(used.begin(), used.end())),
               "; every rank from 0 to the largest must run a stage");
 }
 
@@ -45,7 +46,8 @@ std::vector<ForwardArgument> ArgumentsWithSamples(std::vector<ForwardArgument> a
     arguments[k].sample_sizes = samples[k]->shape;
   }
   for (const auto& name : options.unbatched_inputs) {
-    auto it = std::find_if(arguments.begin(), arguments.end(), [&](const ForwardArgument& a) { return a.name == name; });
+    auto it = std::find_if(arguments.begin(), arguments.end(),
+                           [&](const ForwardArgument& a) { return a.name == name; });
     TORCH_CHECK(it != arguments.end() && it->is_tensor(), "--unbatched-inputs names '", name,
                 "', which is not a tensor argument of ", SignatureText(arguments));
     it->batched = false;
@@ -55,7 +57,8 @@ std::vector<ForwardArgument> ArgumentsWithSamples(std::vector<ForwardArgument> a
 
 }  // namespace
 
-BuiltPipeline BuildPipeline(const LoweredProgram& program, const StagePlan& plan, const CompileOptions& options) {
+BuiltPipeline BuildPipeline(const LoweredProgram& program, const StagePlan& plan,
+                            const CompileOptions& options) {
   const LoweredModel& lowered = program.lowered;
   const std::vector<PartitionUnit>& units = program.units;
   const size_t num_stages = plan.num_stages();
@@ -87,7 +90,8 @@ BuiltPipeline BuildPipeline(const LoweredProgram& program, const StagePlan& plan
     }
     built.balance.push_back(count);
     for (const auto& ref : split.stages[s].activation_inputs) entry.inputs.push_back(ToSource(ref));
-    entry.num_outputs = static_cast<int64_t>(split.stages[s].graph->outputs()[0]->node()->inputs().size());
+    entry.num_outputs =
+        static_cast<int64_t>(split.stages[s].graph->outputs()[0]->node()->inputs().size());
     entry.uses_rng = stage.uses_rng;
     entry.mutated_inputs = stage.mutated_inputs;
     entry.parameters = stage.parameters;

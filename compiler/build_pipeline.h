@@ -32,6 +32,7 @@ struct BuiltPipeline {
 
 // Splits the program at `plan` and builds one TorchScript module per stage,
 // with the devices, ranks, chunks and checkpointing of `options`.
-BuiltPipeline BuildPipeline(const LoweredProgram& program, const StagePlan& plan, const CompileOptions& options);
+BuiltPipeline BuildPipeline(const LoweredProgram& program, const StagePlan& plan,
+                            const CompileOptions& options);
 
 }  // namespace gpipe

@@ -11,13 +11,14 @@ namespace gpipe {
 
 struct CompileReport {
   std::vector<double> unit_costs;  // when balanced by time (ms) or size (bytes)
-  std::vector<double> measured_stage_ms;  // time balance with calibration: the chosen stages, measured
+  std::vector<double>
+      measured_stage_ms;  // time balance with calibration: the chosen stages, measured
   std::vector<double> calibration_ratios;  // measured max/mean stage time of each plan tried
   Manifest manifest;
-  std::vector<std::string> unit_names;  // all units of the model, in order
-  std::vector<double> unit_weights;     // their static work estimates (OpWeight)
-  bool units_chosen = false;            // granularity chosen automatically (no --unit-depth)
-  std::vector<int64_t> balance;         // units per stage, as chosen
+  std::vector<std::string> unit_names;    // all units of the model, in order
+  std::vector<double> unit_weights;       // their static work estimates (OpWeight)
+  bool units_chosen = false;              // granularity chosen automatically (no --unit-depth)
+  std::vector<int64_t> balance;           // units per stage, as chosen
   std::vector<int64_t> parameter_counts;  // elements per stage
 };
 

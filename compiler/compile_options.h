@@ -23,7 +23,7 @@ struct CompileOptions {
   std::vector<std::string> split_before;  // submodule paths; when given, replaces `balance`
   int64_t chunks = 1;
   CheckpointMode checkpoint = CheckpointMode::ExceptLast;
-  std::vector<std::string> devices;  // one per stage; empty = all "cpu"
+  std::vector<std::string> devices;                // one per stage; empty = all "cpu"
   SkipRouting skip_routing = SkipRouting::Direct;  // PassThrough only for the ablation benchmark
   std::vector<int> ranks;  // process of each stage under --distributed; empty = one stage per rank
   bool deferred_batch_norm = false;  // running statistics from the whole mini-batch
@@ -35,8 +35,8 @@ struct CompileOptions {
   // artifact (dtype, shape) to check inputs against, and profiled on by balance_by.
   std::vector<InputSpec> sample_inputs;
   std::vector<std::string> unbatched_inputs;  // tensor arguments given whole to every micro-batch
-  int64_t profile_steps = 5;             // measured steps (after one warm-up); the median counts
-  bool adam = false;                     // size: count Adam's two state tensors per parameter
+  int64_t profile_steps = 5;       // measured steps (after one warm-up); the median counts
+  bool adam = false;               // size: count Adam's two state tensors per parameter
   int64_t calibration_rounds = 2;  // time: re-measure the chosen stages, rescale, re-partition
   std::function<void(const std::string& what, size_t done, size_t total)> progress;
 };

@@ -25,7 +25,8 @@ std::vector<double> Weights(const std::vector<PartitionUnit>& units) {
 
 bool Balanced(const std::vector<PartitionUnit>& units, size_t num_stages) {
   if (units.size() < num_stages) return false;
-  return LargestStageShare(units, num_stages) * static_cast<double>(num_stages) <= kBalancedStageRatio;
+  return LargestStageShare(units, num_stages) * static_cast<double>(num_stages) <=
+         kBalancedStageRatio;
 }
 
 bool ContainsRequiredCut(const PartitionUnit& unit, const std::vector<size_t>& required_cuts) {
@@ -58,12 +59,14 @@ std::vector<PartitionUnit> ChooseUnits(const ModuleTree& tree, size_t num_stages
     // holding a required cut before all others.
     std::vector<size_t> candidates;
     for (size_t u = 0; u < units.size(); ++u) {
-      if (!units[u].merged && !whole.count(units[u].module) && !tree.Children(units[u].module).empty()) {
+      if (!units[u].merged && !whole.count(units[u].module) &&
+          !tree.Children(units[u].module).empty()) {
         candidates.push_back(u);
       }
     }
     std::stable_sort(candidates.begin(), candidates.end(), [&](size_t a, size_t b) {
-      bool ra = ContainsRequiredCut(units[a], required_cuts), rb = ContainsRequiredCut(units[b], required_cuts);
+      bool ra = ContainsRequiredCut(units[a], required_cuts),
+           rb = ContainsRequiredCut(units[b], required_cuts);
       if (ra != rb) return ra;
       return units[a].weight > units[b].weight;
     });

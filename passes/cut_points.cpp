@@ -51,7 +51,8 @@ bool IsPlainValue(const c10::TypePtr& type) {
 
 // The index of the top-level node that `node` is, or is nested in.
 size_t TopLevelIndex(Node* node, const std::unordered_map<Node*, size_t>& index, size_t end) {
-  while (node->owningBlock() != node->owningGraph()->block()) node = node->owningBlock()->owningNode();
+  while (node->owningBlock() != node->owningGraph()->block())
+    node = node->owningBlock()->owningNode();
   auto it = index.find(node);
   return it == index.end() ? end : it->second;  // the return node: not a stage's use
 }
@@ -67,7 +68,8 @@ bool CanCrossStages(const c10::TypePtr& type) {
   return IsPlainValue(type);
 }
 
-std::vector<std::optional<CutBlocker>> FindCutBlockers(const std::shared_ptr<torch::jit::Graph>& graph) {
+std::vector<std::optional<CutBlocker>> FindCutBlockers(
+    const std::shared_ptr<torch::jit::Graph>& graph) {
   std::vector<Node*> nodes(graph->nodes().begin(), graph->nodes().end());
   std::unordered_map<Node*, size_t> index;
   for (size_t i = 0; i < nodes.size(); ++i) index[nodes[i]] = i;

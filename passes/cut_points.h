@@ -26,7 +26,8 @@ struct CutBlocker {
 // producer's autograd graph nor copy it before the consumer appends to it
 // (DenseNet's `features` list, which every dense layer appends to). Index 0
 // is always allowed. Pure analysis: the graph is unchanged.
-std::vector<std::optional<CutBlocker>> FindCutBlockers(const std::shared_ptr<torch::jit::Graph>& graph);
+std::vector<std::optional<CutBlocker>> FindCutBlockers(
+    const std::shared_ptr<torch::jit::Graph>& graph);
 
 // True if a value of this type can cross a stage boundary (see above).
 bool CanCrossStages(const c10::TypePtr& type);

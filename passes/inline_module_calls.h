@@ -15,9 +15,8 @@ namespace gpipe {
 //
 //   graph(%self : Enc, %x : Tensor):                graph(%self : Enc, %x : Tensor):
 //     %layers = prim::GetAttr[name="layers"](%self)   ...
-//     %l0 = prim::GetAttr[name="0"](%layers)   ==>    %y = aten::relu(%x)   # module path "layers.0"
-//     %y = prim::CallMethod[name="forward"](%l0, %x)  return (%y)
-//     return (%y)
+//     %l0 = prim::GetAttr[name="0"](%layers)   ==>    %y = aten::relu(%x)   # module path
+//     "layers.0" %y = prim::CallMethod[name="forward"](%l0, %x)  return (%y) return (%y)
 bool InlineModuleCalls(torch::jit::Graph& graph);
 
 }  // namespace gpipe

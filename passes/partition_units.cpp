@@ -41,7 +41,8 @@ bool StartsWith(const ModulePath& path, const ModulePath& prefix) {
 }
 
 ModulePath Truncated(const ModulePath& path, size_t depth) {
-  return ModulePath(path.begin(), path.begin() + static_cast<std::ptrdiff_t>(std::min(depth, path.size())));
+  return ModulePath(path.begin(),
+                    path.begin() + static_cast<std::ptrdiff_t>(std::min(depth, path.size())));
 }
 
 ModulePath CommonPrefix(const ModulePath& a, const ModulePath& b) {
@@ -65,14 +66,33 @@ std::string JoinModulePath(const ModulePath& path) {
   return joined;
 }
 
-std::string ModulePathOf(const torch::jit::Node* node) { return JoinModulePath(ModulePathParts(node)); }
+std::string ModulePathOf(const torch::jit::Node* node) {
+  return JoinModulePath(ModulePathParts(node));
+}
 
 double OpWeight(const torch::jit::Node* node) {
-  static const std::unordered_set<std::string> kHeavy = {
-      "linear", "matmul", "mm", "bmm", "addmm", "baddbmm", "einsum", "conv1d", "conv2d", "conv3d",
-      "convolution", "_convolution", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
-      "scaled_dot_product_attention", "_native_multi_head_attention", "lstm", "gru", "rnn_tanh",
-      "rnn_relu", "bilinear"};
+  static const std::unordered_set<std::string> kHeavy = {"linear",
+                                                         "matmul",
+                                                         "mm",
+                                                         "bmm",
+                                                         "addmm",
+                                                         "baddbmm",
+                                                         "einsum",
+                                                         "conv1d",
+                                                         "conv2d",
+                                                         "conv3d",
+                                                         "convolution",
+                                                         "_convolution",
+                                                         "conv_transpose1d",
+                                                         "conv_transpose2d",
+                                                         "conv_transpose3d",
+                                                         "scaled_dot_product_attention",
+                                                         "_native_multi_head_attention",
+                                                         "lstm",
+                                                         "gru",
+                                                         "rnn_tanh",
+                                                         "rnn_relu",
+                                                         "bilinear"};
   double weight = 0;
   for (const torch::jit::Block* block : node->blocks()) {
     for (const torch::jit::Node* inner : block->nodes()) weight += OpWeight(inner);
@@ -81,7 +101,8 @@ double OpWeight(const torch::jit::Node* node) {
   return weight + (kHeavy.count(node->kind().toUnqualString()) ? 10.0 : 1.0);
 }
 
-ModuleTree::ModuleTree(const std::shared_ptr<torch::jit::Graph>& graph) : blockers_(FindCutBlockers(graph)) {
+ModuleTree::ModuleTree(const std::shared_ptr<torch::jit::Graph>& graph)
+    : blockers_(FindCutBlockers(graph)) {
   for (const torch::jit::Node* node : graph->nodes()) {
     paths_.push_back(ModulePathParts(node));
     is_constant_.push_back(node->kind() == c10::prim::Constant);
@@ -115,7 +136,8 @@ std::vector<ModulePath> ModuleTree::Children(const ModulePath& parent) const {
   std::vector<ModulePath> children;
   std::set<ModulePath> known;
   for (size_t i = 0; i < paths_.size(); ++i) {
-    if (is_constant_[i] || paths_[i].size() <= parent.size() || !StartsWith(paths_[i], parent)) continue;
+    if (is_constant_[i] || paths_[i].size() <= parent.size() || !StartsWith(paths_[i], parent))
+      continue;
     ModulePath child = Truncated(paths_[i], parent.size() + 1);
     if (known.insert(child).second) children.push_back(child);
   }
@@ -195,13 +217,16 @@ std::vector<PartitionUnit> ModuleTree::Units(const std::vector<ModulePath>& fron
   std::vector<PartitionUnit> units;
   for (size_t u = 0; u < merged.size(); ++u) {
     const Run& run = merged[u];
-    PartitionUnit unit{run.members.front(), run.begin, run.end, run.module, 0, run.members.size() > 1};
+    PartitionUnit unit{run.members.front(), run.begin, run.end,
+                       run.module,          0,         run.members.size() > 1};
     for (size_t i = run.begin; i < run.end; ++i) unit.weight += weights_[i];
     if (unit.merged) {
       // Named after the common ancestor when the run is all of it.
       bool whole = !run.module.empty();
-      for (size_t v = 0; v < merged.size() && whole; ++v) whole = v == u || !StartsWith(merged[v].module, run.module);
-      unit.name = whole ? JoinModulePath(run.module) : run.members.front() + ".." + run.members.back();
+      for (size_t v = 0; v < merged.size() && whole; ++v)
+        whole = v == u || !StartsWith(merged[v].module, run.module);
+      unit.name =
+          whole ? JoinModulePath(run.module) : run.members.front() + ".." + run.members.back();
     }
     units.push_back(std::move(unit));
   }
@@ -213,7 +238,8 @@ std::vector<PartitionUnit> ModuleTree::Units(const std::vector<ModulePath>& fron
   return units;
 }
 
-std::vector<PartitionUnit> FindPartitionUnits(const std::shared_ptr<torch::jit::Graph>& graph, size_t depth) {
+std::vector<PartitionUnit> FindPartitionUnits(const std::shared_ptr<torch::jit::Graph>& graph,
+                                              size_t depth) {
   ModuleTree tree(graph);
   return tree.Units(tree.Frontier(depth));
 }

@@ -22,11 +22,11 @@ std::string JoinModulePath(const ModulePath& path);  // "features.denseblock1"
 // around: the nodes of one submodule call (or of several, merged where no
 // boundary may fall between them). Units are what `--balance` counts.
 struct PartitionUnit {
-  std::string name;  // module path ("layer1.0"); "#2" marks a second call; "a..b" a merged run
-  size_t begin = 0;  // index of the first top-level node of the unit
-  size_t end = 0;    // one past the last
-  ModulePath module;  // the submodule the unit is (for a merged run: their common ancestor)
-  double weight = 0;  // static estimate of its work (see OpWeight)
+  std::string name;     // module path ("layer1.0"); "#2" marks a second call; "a..b" a merged run
+  size_t begin = 0;     // index of the first top-level node of the unit
+  size_t end = 0;       // one past the last
+  ModulePath module;    // the submodule the unit is (for a merged run: their common ancestor)
+  double weight = 0;    // static estimate of its work (see OpWeight)
   bool merged = false;  // several submodule calls that no boundary may separate
 };
 
@@ -68,7 +68,7 @@ class ModuleTree {
   size_t size() const { return paths_.size(); }
 
  private:
-  std::vector<ModulePath> paths_;      // per top-level node
+  std::vector<ModulePath> paths_;  // per top-level node
   std::vector<bool> is_constant_;
   std::vector<bool> outputs_unused_;
   std::vector<double> weights_;

@@ -84,7 +84,8 @@ class ContainerScalarizer {
       std::vector<Node*> containers;
       for (Node* n : graph_->nodes()) {
         bool empty_dict = n->kind() == c10::aten::dict && n->inputs().empty();  // OrderedDict()
-        if (n->kind() == c10::prim::ListConstruct || n->kind() == c10::prim::DictConstruct || empty_dict) {
+        if (n->kind() == c10::prim::ListConstruct || n->kind() == c10::prim::DictConstruct ||
+            empty_dict) {
           containers.push_back(n);
         }
       }
@@ -138,11 +139,11 @@ class ContainerScalarizer {
     }
     // Simulate, recording each rewrite; apply them only if every use is understood.
     std::vector<std::function<void()>> rewrites;
-    bool gains = false;  // only whole reads: the container is as good as its elements already
+    bool gains = false;     // only whole reads: the container is as good as its elements already
     bool captured = false;  // held by another container from here on: no more changes to it
     for (const Use& use : uses) {
-      bool whole_read =
-          use.user == graph_->return_node() || ReadsOnly(use.user, use.offset) || IsConstruct(use.user);
+      bool whole_read = use.user == graph_->return_node() || ReadsOnly(use.user, use.offset) ||
+                        IsConstruct(use.user);
       const auto kind = use.user->kind();
       if (captured && (kind == c10::aten::append || kind == c10::aten::_set_item)) return false;
       captured = captured || IsConstruct(use.user);
@@ -226,7 +227,8 @@ class ContainerScalarizer {
       if (user->outputs().size() != contents.values.size()) return std::nullopt;
       std::vector<Value*> values = contents.values;
       return [user, values] {
-        for (size_t k = 0; k < values.size(); ++k) user->outputs()[k]->replaceAllUsesWith(values[k]);
+        for (size_t k = 0; k < values.size(); ++k)
+          user->outputs()[k]->replaceAllUsesWith(values[k]);
         user->destroy();
       };
     }
@@ -248,9 +250,11 @@ class ContainerScalarizer {
         Node* fresh = nullptr;
         if (snapshot.is_dict) {
           const auto& dict = type->expectRef<c10::DictType>();
-          fresh = graph_->createDict(dict.getKeyType(), dict.getValueType(), snapshot.key_values, snapshot.values);
+          fresh = graph_->createDict(dict.getKeyType(), dict.getValueType(), snapshot.key_values,
+                                     snapshot.values);
         } else {
-          fresh = graph_->createList(type->expectRef<c10::ListType>().getElementType(), snapshot.values);
+          fresh = graph_->createList(type->expectRef<c10::ListType>().getElementType(),
+                                     snapshot.values);
         }
         graph_->insertNode(fresh);
         fresh->output()->setType(type);

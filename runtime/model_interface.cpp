@@ -21,9 +21,10 @@ std::string Shape(at::IntArrayRef sizes, bool batch_as_n) {
 
 const std::vector<std::pair<c10::ScalarType, const char*>>& DtypeNames() {
   static const std::vector<std::pair<c10::ScalarType, const char*>> names = {
-      {c10::kFloat, "float32"}, {c10::kDouble, "float64"}, {c10::kHalf, "float16"}, {c10::kBFloat16, "bfloat16"},
-      {c10::kLong, "int64"},    {c10::kInt, "int32"},      {c10::kShort, "int16"},  {c10::kChar, "int8"},
-      {c10::kByte, "uint8"},    {c10::kBool, "bool"}};
+      {c10::kFloat, "float32"},     {c10::kDouble, "float64"}, {c10::kHalf, "float16"},
+      {c10::kBFloat16, "bfloat16"}, {c10::kLong, "int64"},     {c10::kInt, "int32"},
+      {c10::kShort, "int16"},       {c10::kChar, "int8"},      {c10::kByte, "uint8"},
+      {c10::kBool, "bool"}};
   return names;
 }
 
@@ -72,12 +73,14 @@ bool SizesMatch(const ForwardArgument& arg, at::IntArrayRef sizes) {
   return true;
 }
 
-void Flatten(const c10::IValue& v, const std::string& path, std::vector<std::pair<std::string, c10::IValue>>& out) {
+void Flatten(const c10::IValue& v, const std::string& path,
+             std::vector<std::pair<std::string, c10::IValue>>& out) {
   const std::string here = path.empty() ? "out" : path;
   if (v.isTuple() || v.isList()) {
     std::vector<c10::IValue> elements =
         v.isTuple() ? v.toTupleRef().elements().vec() : v.toListRef().vec();
-    for (size_t k = 0; k < elements.size(); ++k) Flatten(elements[k], here + "[" + std::to_string(k) + "]", out);
+    for (size_t k = 0; k < elements.size(); ++k)
+      Flatten(elements[k], here + "[" + std::to_string(k) + "]", out);
   } else if (v.isGenericDict()) {
     for (const auto& entry : v.toGenericDict()) {
       const c10::IValue& key = entry.key();
@@ -108,7 +111,8 @@ json ValueToJson(const c10::IValue& v) {
 }
 
 template <typename T>
-c10::List<T> ListFromJson(const json& j, bool (json::*is)() const noexcept, const char* what, const std::string& where) {
+c10::List<T> ListFromJson(const json& j, bool (json::*is)() const noexcept, const char* what,
+                          const std::string& where) {
   c10::List<T> list;
   for (const auto& e : j) {
     TORCH_CHECK((e.*is)(), "manifest: ", where, " must hold ", what);
@@ -127,7 +131,8 @@ c10::IValue ValueFromJson(const json& j, const std::string& type, const std::str
   if (type.find("float") != std::string::npos) {
     return ListFromJson<double>(j, &json::is_number, "numbers", where);
   }
-  if (type.find("bool") != std::string::npos) return ListFromJson<bool>(j, &json::is_boolean, "booleans", where);
+  if (type.find("bool") != std::string::npos)
+    return ListFromJson<bool>(j, &json::is_boolean, "booleans", where);
   return ListFromJson<int64_t>(j, &json::is_number_integer, "integers", where);
 }
 
@@ -160,7 +165,8 @@ OutputStructure StructureFromJson(const json& j, size_t num_outputs, size_t dept
     s.kind = values[k];
     const json& elements = j.at(kinds[k]);
     TORCH_CHECK(elements.is_array(), "manifest: ", where, "'s ", kinds[k], " must be an array");
-    for (const auto& e : elements) s.elements.push_back(StructureFromJson(e, num_outputs, depth + 1));
+    for (const auto& e : elements)
+      s.elements.push_back(StructureFromJson(e, num_outputs, depth + 1));
     if (j.contains("keys")) {
       const json& keys = j.at("keys");
       TORCH_CHECK(keys.is_array() && keys.size() == s.elements.size(), "manifest: ", where,
@@ -170,11 +176,12 @@ OutputStructure StructureFromJson(const json& j, size_t num_outputs, size_t dept
         s.keys.push_back(key.get<std::string>());
       }
     }
-    TORCH_CHECK(s.kind != OutputStructure::Kind::Dict || s.keys.size() == s.elements.size(), "manifest: ",
-                where, "'s dict needs its keys");
+    TORCH_CHECK(s.kind != OutputStructure::Kind::Dict || s.keys.size() == s.elements.size(),
+                "manifest: ", where, "'s dict needs its keys");
     return s;
   }
-  TORCH_CHECK(false, "manifest: ", where, " holds ", j.dump(), "; expected leaf, constant, tuple, list or dict");
+  TORCH_CHECK(false, "manifest: ", where, " holds ", j.dump(),
+              "; expected leaf, constant, tuple, list or dict");
 }
 
 }  // namespace
@@ -204,25 +211,28 @@ std::string SignatureText(const std::vector<ForwardArgument>& signature) {
   return text.str();
 }
 
-std::vector<c10::IValue> BindArguments(const std::vector<ForwardArgument>& signature, std::vector<c10::IValue> args,
-                                       const Kwargs& kwargs) {
+std::vector<c10::IValue> BindArguments(const std::vector<ForwardArgument>& signature,
+                                       std::vector<c10::IValue> args, const Kwargs& kwargs) {
   TORCH_CHECK(args.size() <= signature.size(), "the model takes ", signature.size(), " argument",
-              signature.size() == 1 ? "" : "s", " but got ", args.size(), "; ", SignatureText(signature));
+              signature.size() == 1 ? "" : "s", " but got ", args.size(), "; ",
+              SignatureText(signature));
   std::vector<std::optional<c10::IValue>> bound(signature.size());
   for (size_t k = 0; k < args.size(); ++k) bound[k] = std::move(args[k]);
   for (const auto& [name, value] : kwargs) {
     size_t k = 0;
     while (k < signature.size() && signature[k].name != name) ++k;
-    TORCH_CHECK(k < signature.size(), "the model has no argument '", name, "'; ", SignatureText(signature));
-    TORCH_CHECK(!bound[k], "argument '", name, "' is given both by position and by name; give it once");
+    TORCH_CHECK(k < signature.size(), "the model has no argument '", name, "'; ",
+                SignatureText(signature));
+    TORCH_CHECK(!bound[k], "argument '", name,
+                "' is given both by position and by name; give it once");
     bound[k] = value;
   }
   std::vector<c10::IValue> inputs;
   for (size_t k = 0; k < signature.size(); ++k) {
     const ForwardArgument& arg = signature[k];
     if (!bound[k]) {
-      TORCH_CHECK(arg.default_value, "argument '", arg.name, "' (", arg.type, ") is missing and has no default; pass it: ",
-                  SignatureText(signature));
+      TORCH_CHECK(arg.default_value, "argument '", arg.name, "' (", arg.type,
+                  ") is missing and has no default; pass it: ", SignatureText(signature));
       bound[k] = *arg.default_value;
     }
     inputs.push_back(Coerce(arg, std::move(*bound[k])));
@@ -230,19 +240,22 @@ std::vector<c10::IValue> BindArguments(const std::vector<ForwardArgument>& signa
   return inputs;
 }
 
-void CheckArguments(const std::vector<ForwardArgument>& signature, const std::vector<c10::IValue>& inputs) {
+void CheckArguments(const std::vector<ForwardArgument>& signature,
+                    const std::vector<c10::IValue>& inputs) {
   for (size_t k = 0; k < signature.size() && k < inputs.size(); ++k) {
     const ForwardArgument& arg = signature[k];
     if (!inputs[k].isTensor() || !arg.sample_dtype) continue;
     const at::Tensor& t = inputs[k].toTensor();
-    TORCH_CHECK(Floating(t.scalar_type()) == Floating(*arg.sample_dtype), "input '", arg.name, "' is ",
-                DtypeName(t.scalar_type()), " but the model was compiled with ", DtypeName(*arg.sample_dtype),
-                " for it; pass ", DtypeName(*arg.sample_dtype), " values");
+    TORCH_CHECK(Floating(t.scalar_type()) == Floating(*arg.sample_dtype), "input '", arg.name,
+                "' is ", DtypeName(t.scalar_type()), " but the model was compiled with ",
+                DtypeName(*arg.sample_dtype), " for it; pass ", DtypeName(*arg.sample_dtype),
+                " values");
     if (arg.sample_sizes.empty()) continue;
-    TORCH_CHECK(t.dim() == static_cast<int64_t>(arg.sample_sizes.size()), "input '", arg.name, "' has shape ",
-                Shape(t.sizes(), false), " (", t.dim(), " dims) but the model expects ",
-                Shape(arg.sample_sizes, arg.batched), " (", arg.sample_sizes.size(),
-                " dims, as compiled); pass a tensor of shape ", Shape(arg.sample_sizes, arg.batched));
+    TORCH_CHECK(t.dim() == static_cast<int64_t>(arg.sample_sizes.size()), "input '", arg.name,
+                "' has shape ", Shape(t.sizes(), false), " (", t.dim(),
+                " dims) but the model expects ", Shape(arg.sample_sizes, arg.batched), " (",
+                arg.sample_sizes.size(), " dims, as compiled); pass a tensor of shape ",
+                Shape(arg.sample_sizes, arg.batched));
   }
 }
 
@@ -254,15 +267,16 @@ std::optional<std::string> DescribeMismatch(const std::vector<ForwardArgument>& 
     const at::Tensor& t = inputs[k].toTensor();
     std::ostringstream line;
     if (t.scalar_type() != *arg.sample_dtype) {
-      line << "input '" << arg.name << "' is " << DtypeName(t.scalar_type()) << " but the model expects "
-           << DtypeName(*arg.sample_dtype) << " (as compiled) and fails on it; pass "
-           << DtypeName(*arg.sample_dtype) << " values";
+      line << "input '" << arg.name << "' is " << DtypeName(t.scalar_type())
+           << " but the model expects " << DtypeName(*arg.sample_dtype)
+           << " (as compiled) and fails on it; pass " << DtypeName(*arg.sample_dtype) << " values";
       return line.str();
     }
     if (!arg.sample_sizes.empty() && !SizesMatch(arg, t.sizes())) {
       std::string want = Shape(arg.sample_sizes, arg.batched);
-      line << "input '" << arg.name << "' has shape " << Shape(t.sizes(), false) << " but the model expects "
-           << want << " (as compiled) and fails on it; pass a tensor of shape " << want;
+      line << "input '" << arg.name << "' has shape " << Shape(t.sizes(), false)
+           << " but the model expects " << want
+           << " (as compiled) and fails on it; pass a tensor of shape " << want;
       return line.str();
     }
   }
@@ -300,7 +314,8 @@ c10::IValue RebuildOutput(const OutputStructure& s, const std::vector<at::Tensor
     }
     case OutputStructure::Kind::Dict: {
       c10::impl::GenericDict dict(c10::StringType::get(), c10::AnyType::get());
-      for (size_t k = 0; k < s.elements.size(); ++k) dict.insert(s.keys.at(k), RebuildOutput(s.elements[k], outputs));
+      for (size_t k = 0; k < s.elements.size(); ++k)
+        dict.insert(s.keys.at(k), RebuildOutput(s.elements[k], outputs));
       return dict;
     }
   }
@@ -335,8 +350,8 @@ std::vector<ForwardArgument> ArgumentsFromJson(const json& j) {
     const json& name = Member(a, "name", "an argument");
     const json& type = Member(a, "type", "an argument");
     const json& batched = Member(a, "batched", "an argument");
-    TORCH_CHECK(name.is_string() && type.is_string() && batched.is_boolean(), "manifest: argument ", a.dump(),
-                " has a field of the wrong type");
+    TORCH_CHECK(name.is_string() && type.is_string() && batched.is_boolean(), "manifest: argument ",
+                a.dump(), " has a field of the wrong type");
     arg.name = name.get<std::string>();
     arg.type = type.get<std::string>();
     arg.batched = batched.get<bool>();
@@ -344,14 +359,15 @@ std::vector<ForwardArgument> ArgumentsFromJson(const json& j) {
     if (a.contains("default")) arg.default_value = ValueFromJson(a.at("default"), arg.type, where);
     if (a.contains("sample_dtype")) {
       const json& dtype = a.at("sample_dtype");
-      TORCH_CHECK(dtype.is_string() && DtypeFromName(dtype.get<std::string>()), "manifest: argument '", arg.name,
-                  "' has an unknown sample_dtype ", dtype.dump());
+      TORCH_CHECK(dtype.is_string() && DtypeFromName(dtype.get<std::string>()),
+                  "manifest: argument '", arg.name, "' has an unknown sample_dtype ", dtype.dump());
       arg.sample_dtype = DtypeFromName(dtype.get<std::string>());
       const json& sizes = Member(a, "sample_sizes", "argument '" + arg.name + "'");
-      TORCH_CHECK(sizes.is_array(), "manifest: argument '", arg.name, "' has sample_sizes that are not an array");
+      TORCH_CHECK(sizes.is_array(), "manifest: argument '", arg.name,
+                  "' has sample_sizes that are not an array");
       for (const auto& d : sizes) {
-        TORCH_CHECK(d.is_number_integer() && d.get<int64_t>() >= 0, "manifest: argument '", arg.name,
-                    "' has a sample size that is not a non-negative integer");
+        TORCH_CHECK(d.is_number_integer() && d.get<int64_t>() >= 0, "manifest: argument '",
+                    arg.name, "' has a sample size that is not a non-negative integer");
         arg.sample_sizes.push_back(d.get<int64_t>());
       }
     }
@@ -369,7 +385,7 @@ json OutputStructureToJson(const OutputStructure& s) {
     default: {
       json elements = json::array();
       for (const auto& e : s.elements) elements.push_back(OutputStructureToJson(e));
-      const char* kind = s.kind == OutputStructure::Kind::Tuple ? "tuple"
+      const char* kind = s.kind == OutputStructure::Kind::Tuple  ? "tuple"
                          : s.kind == OutputStructure::Kind::List ? "list"
                                                                  : "dict";
       json j = {{kind, elements}};

@@ -19,7 +19,8 @@ namespace gpipe {
 // One argument of the original forward (after `self`).
 struct ForwardArgument {
   std::string name;
-  std::string type = "Tensor";  // TorchScript annotation: Tensor, Optional[Tensor], int, List[int], ...
+  std::string type =
+      "Tensor";  // TorchScript annotation: Tensor, Optional[Tensor], int, List[int], ...
   std::optional<c10::IValue> default_value;  // None, bool, int, float, str or a list of numbers
   bool batched = true;  // a tensor given for it is split into micro-batches along dim 0
   // A tensor argument as seen at compile time (--sample-input): its dtype and
@@ -35,10 +36,10 @@ struct ForwardArgument {
 struct OutputStructure {
   enum class Kind { Leaf, Tuple, List, Dict, Constant };
   Kind kind = Kind::Leaf;
-  size_t leaf = 0;                 // Leaf: index of the model output
-  std::vector<std::string> keys;   // Dict: its keys; Tuple: a NamedTuple's field names (or none)
+  size_t leaf = 0;                // Leaf: index of the model output
+  std::vector<std::string> keys;  // Dict: its keys; Tuple: a NamedTuple's field names (or none)
   std::vector<OutputStructure> elements;
-  c10::IValue constant;            // Constant: None, bool, int, float or str
+  c10::IValue constant;  // Constant: None, bool, int, float or str
 
   static OutputStructure Leaf(size_t index);
   // A single output as itself, several as a tuple: what artifacts written
@@ -50,15 +51,16 @@ using Kwargs = std::unordered_map<std::string, c10::IValue>;
 
 // The full positional argument list: `args` by position, `kwargs` by name,
 // defaults for the rest. Errors name the argument and the fix.
-std::vector<c10::IValue> BindArguments(const std::vector<ForwardArgument>& signature, std::vector<c10::IValue> args,
-                                       const Kwargs& kwargs = {});
+std::vector<c10::IValue> BindArguments(const std::vector<ForwardArgument>& signature,
+                                       std::vector<c10::IValue> args, const Kwargs& kwargs = {});
 
 // "forward(x: Tensor, mask: Optional[Tensor] = None)"
 std::string SignatureText(const std::vector<ForwardArgument>& signature);
 
 // Upfront checks of bound tensor arguments against what was seen at compile
 // time: the kind of dtype (floating vs integer) and the number of dims.
-void CheckArguments(const std::vector<ForwardArgument>& signature, const std::vector<c10::IValue>& inputs);
+void CheckArguments(const std::vector<ForwardArgument>& signature,
+                    const std::vector<c10::IValue>& inputs);
 
 // After the model failed on `inputs`: the first tensor argument whose dtype
 // or non-batch sizes differ from the compile-time sample, as one line naming

@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
-#include "compiler/unit_chooser.h"
 #include "compiler/model_loader.h"
+#include "compiler/unit_chooser.h"
 #include "tests/passes/module_builders.h"
 
 namespace gpipe {
@@ -17,7 +17,8 @@ torch::jit::Module Block(const std::string& name, int n) {
   std::vector<std::pair<std::string, torch::jit::Module>> children;
   std::string body = "\n    def forward(self, x):\n";
   for (int k = 0; k < n; ++k) {
-    children.emplace_back("l" + std::to_string(k), ScaleModule(name + "L" + std::to_string(k), 1.0));
+    children.emplace_back("l" + std::to_string(k),
+                          ScaleModule(name + "L" + std::to_string(k), 1.0));
     body += "        x = self.l" + std::to_string(k) + ".forward(x)\n";
   }
   body += "        return x\n";
@@ -41,7 +42,8 @@ TEST(UnitChooser, TwoChildModelSplitFourWaysDescendsIntoBoth) {
 }
 
 TEST(UnitChooser, AChildHoldingNinetyPercentIsSplit) {
-  auto m = ParentModule("Lopsided", {{"big", Block("Big", 9)}, {"small", ScaleModule("Small", 1.0)}}, R"(
+  auto m =
+      ParentModule("Lopsided", {{"big", Block("Big", 9)}, {"small", ScaleModule("Small", 1.0)}}, R"(
     def forward(self, x):
         return self.small.forward(self.big.forward(x))
   )");
@@ -60,7 +62,8 @@ TEST(UnitChooser, StopsAtTheLeavesAndRefinesRequiredCuts) {
     def forward(self, x):
         return self.b.forward(self.a.forward(x))
   )");
-  EXPECT_EQ(Names(Choose(m, 8)), (std::vector<std::string>{"a", "b.l0", "b.l1"}));  // as fine as it goes
+  EXPECT_EQ(Names(Choose(m, 8)),
+            (std::vector<std::string>{"a", "b.l0", "b.l1"}));  // as fine as it goes
   LoweredModel lowered = LowerModel(m);
   ModuleTree tree(lowered.graph);
   auto coarse = tree.Units(tree.Frontier(1));
@@ -68,7 +71,8 @@ TEST(UnitChooser, StopsAtTheLeavesAndRefinesRequiredCuts) {
   // A cut required between b.l0 and b.l1 (e.g. --split-before b.l1) refines b even when balanced.
   auto fine = tree.Units(tree.Frontier(2));
   ASSERT_EQ(fine.size(), 3u);
-  EXPECT_EQ(Names(ChooseUnits(tree, 1, {fine[2].begin})), (std::vector<std::string>{"a", "b.l0", "b.l1"}));
+  EXPECT_EQ(Names(ChooseUnits(tree, 1, {fine[2].begin})),
+            (std::vector<std::string>{"a", "b.l0", "b.l1"}));
 }
 
 }  // namespace

@@ -18,7 +18,8 @@ using testing::RunCli;
 using testing::TempDir;
 using testing::TestModel;
 
-Pipeline Compile(const TempDir& dir, const std::string& model, int64_t stages, const std::string& sample) {
+Pipeline Compile(const TempDir& dir, const std::string& model, int64_t stages,
+                 const std::string& sample) {
   CompileOptions options = Options(stages, 2);
   options.sample_inputs = ParseInputSpecs(sample);
   CompileModel(TestModel(model), dir.path("m.gpipe"), options);
@@ -34,7 +35,8 @@ at::Tensor ExpectSameResult(const c10::IValue& got, const c10::IValue& want) {
     EXPECT_EQ(g[k].first, w[k].first);
     EXPECT_EQ(g[k].second.tagKind(), w[k].second.tagKind()) << g[k].first;
     if (g[k].second.isTensor() && w[k].second.isTensor()) {
-      EXPECT_TRUE(torch::allclose(g[k].second.toTensor(), w[k].second.toTensor(), 1e-6, 1e-6)) << g[k].first;
+      EXPECT_TRUE(torch::allclose(g[k].second.toTensor(), w[k].second.toTensor(), 1e-6, 1e-6))
+          << g[k].first;
       if (g[k].second.toTensor().is_floating_point()) total = total + g[k].second.toTensor().sum();
     } else if (!g[k].second.isNone()) {
       EXPECT_EQ(g[k].second, w[k].second) << g[k].first;
@@ -61,7 +63,8 @@ TEST(ModelInterface, OptionalArgumentsOmittedOrGivenByPositionOrName) {
   TempDir dir;
   Pipeline pipe = Compile(dir, "optional_args.pt", 2, "4x6");
   ASSERT_EQ(pipe.signature().size(), 3u);
-  EXPECT_EQ(SignatureText(pipe.signature()), "forward(x: Tensor, mask: Optional[Tensor] = None, scale: float = 1.)");
+  EXPECT_EQ(SignatureText(pipe.signature()),
+            "forward(x: Tensor, mask: Optional[Tensor] = None, scale: float = 1.)");
   auto original = torch::jit::load(TestModel("optional_args.pt"));
   original.eval();
   pipe.eval();
@@ -70,21 +73,35 @@ TEST(ModelInterface, OptionalArgumentsOmittedOrGivenByPositionOrName) {
   at::Tensor mask = (torch::rand({4}) > 0.5).to(at::kFloat);  // per sample: micro-batched with x
   ExpectSameResult(pipe({x}), original.forward({x}));
   ExpectSameResult(pipe({x, mask, 2.0}), original.forward({x, mask, 2.0}));
-  ExpectSameResult(pipe({x}, {{"scale", 2.0}, {"mask", mask}}), original.forward({x}, {{"scale", 2.0}, {"mask", mask}}));
-  ExpectSameResult(pipe({x}, {{"scale", int64_t{3}}}), original.forward({x, c10::IValue(), 3.0}));  // an int for a float
+  ExpectSameResult(pipe({x}, {{"scale", 2.0}, {"mask", mask}}),
+                   original.forward({x}, {{"scale", 2.0}, {"mask", mask}}));
+  ExpectSameResult(pipe({x}, {{"scale", int64_t{3}}}),
+                   original.forward({x, c10::IValue(), 3.0}));  // an int for a float
   EXPECT_TRUE(pipe({x}).isGenericDict());
 
-  EXPECT_EQ(ErrorOf([&] { pipe({x}, {{"nope", x}}); }),
-            "the model has no argument 'nope'; forward(x: Tensor, mask: Optional[Tensor] = None, scale: float = 1.)");
-  EXPECT_EQ(ErrorOf([&] { pipe({x, mask}, {{"mask", mask}}); }),
+  EXPECT_EQ(ErrorOf([&] {
+              pipe({x}, {{"nope", x}});
+            }),
+            "the model has no argument 'nope'; forward(x: Tensor, mask: Optional[Tensor] = None, "
+            "scale: float = 1.)");
+  EXPECT_EQ(ErrorOf([&] {
+              pipe({x, mask}, {{"mask", mask}});
+            }),
             "argument 'mask' is given both by position and by name; give it once");
-  EXPECT_EQ(ErrorOf([&] { pipe({}); }),
-            "argument 'x' (Tensor) is missing and has no default; pass it: forward(x: Tensor, mask: "
-            "Optional[Tensor] = None, scale: float = 1.)");
-  EXPECT_EQ(ErrorOf([&] { pipe({x, x, x, x}); }),
-            "the model takes 3 arguments but got 4; forward(x: Tensor, mask: Optional[Tensor] = None, scale: float = 1.)");
-  EXPECT_EQ(ErrorOf([&] { pipe({x, int64_t{1}}); }),
-            "argument 'mask' must be a tensor but got Int; pass a tensor (forward takes mask: Optional[Tensor])");
+  EXPECT_EQ(
+      ErrorOf([&] { pipe({}); }),
+      "argument 'x' (Tensor) is missing and has no default; pass it: forward(x: Tensor, mask: "
+      "Optional[Tensor] = None, scale: float = 1.)");
+  EXPECT_EQ(ErrorOf([&] {
+              pipe({x, x, x, x});
+            }),
+            "the model takes 3 arguments but got 4; forward(x: Tensor, mask: Optional[Tensor] = "
+            "None, scale: float = 1.)");
+  EXPECT_EQ(ErrorOf([&] {
+              pipe({x, int64_t{1}});
+            }),
+            "argument 'mask' must be a tensor but got Int; pass a tensor (forward takes mask: "
+            "Optional[Tensor])");
 }
 
 TEST(ModelInterface, DictOutputsCarryGradientsToEveryParameter) {
@@ -127,7 +144,8 @@ TEST(ModelInterface, NestedTuplesListsNoneAndConstants) {
     std::map<std::string, at::Tensor> want;
     for (const auto& p : original.named_parameters()) want[p.name] = p.value.grad();
     for (const auto& [name, p] : pipe.named_parameters()) {
-      EXPECT_TRUE(torch::allclose(p.grad(), want.at(name), 1e-5, 1e-6)) << name << " train " << train;
+      EXPECT_TRUE(torch::allclose(p.grad(), want.at(name), 1e-5, 1e-6))
+          << name << " train " << train;
     }
   }
 }
@@ -138,7 +156,8 @@ TEST(ModelInterface, DenseBlockCutInsideKeepsEachLayersBatchNormBuffers) {
   // list with later layers' features appended and bound the wrong width to
   // a batch norm ("running_mean should contain 12 elements not 8").
   TempDir dir;
-  CompileOptions options = Options(4, 1, CheckpointMode::Always);  // one micro-batch: batch norm sees the batch
+  CompileOptions options =
+      Options(4, 1, CheckpointMode::Always);  // one micro-batch: batch norm sees the batch
   options.unit_depth = 3;
   auto report = CompileModel(TestModel("dense_concat.pt"), dir.path("d.gpipe"), options);
   bool cut_inside = false;
@@ -162,35 +181,43 @@ TEST(ModelInterface, WrongShapeAtRunTimeIsOneLineNamingTheInput) {
   ASSERT_EQ(compiled.exit_code, 0) << compiled.output;
   auto wrong = RunCli("gpipe-run", dir.path("m.gpipe") + " --sample-input 6x17");
   EXPECT_EQ(wrong.exit_code, 1);
-  EXPECT_EQ(LastLine(wrong.output), "gpipe-run: error: input 'input' has shape [6, 17] but the model expects [N, 16] "
-                          "(as compiled) and fails on it; pass a tensor of shape [N, 16]\n");
+  EXPECT_EQ(LastLine(wrong.output),
+            "gpipe-run: error: input 'input' has shape [6, 17] but the model expects [N, 16] "
+            "(as compiled) and fails on it; pass a tensor of shape [N, 16]\n");
   auto rank = RunCli("gpipe-run", dir.path("m.gpipe") + " --sample-input 6x16x2");
-  EXPECT_EQ(LastLine(rank.output), "gpipe-run: error: input 'input' has shape [6, 16, 2] (3 dims) but the model expects "
-                         "[N, 16] (2 dims, as compiled); pass a tensor of shape [N, 16]\n");
+  EXPECT_EQ(LastLine(rank.output),
+            "gpipe-run: error: input 'input' has shape [6, 16, 2] (3 dims) but the model expects "
+            "[N, 16] (2 dims, as compiled); pass a tensor of shape [N, 16]\n");
   auto dtype = RunCli("gpipe-run", dir.path("m.gpipe") + " --sample-input 6x16:int64:9");
-  EXPECT_EQ(LastLine(dtype.output), "gpipe-run: error: input 'input' is int64 but the model was compiled with float32 for "
-                          "it; pass float32 values\n");
+  EXPECT_EQ(LastLine(dtype.output),
+            "gpipe-run: error: input 'input' is int64 but the model was compiled with float32 for "
+            "it; pass float32 values\n");
   // Without a compile-time sample, the model's own error, without the TorchScript traceback.
-  auto open = RunCli("gpipe-compile", TestModel("mlp9.pt") + " -o " + dir.path("open.gpipe") + " --stages 3");
+  auto open = RunCli("gpipe-compile",
+                     TestModel("mlp9.pt") + " -o " + dir.path("open.gpipe") + " --stages 3");
   ASSERT_EQ(open.exit_code, 0) << open.output;
   auto inside = RunCli("gpipe-run", dir.path("open.gpipe") + " --sample-input 6x17");
-  EXPECT_EQ(LastLine(inside.output), "gpipe-run: error: stage 0, micro-batch 0 (forward): RuntimeError: mat1 and mat2 "
-                           "shapes cannot be multiplied (6x17 and 16x32)\n");
+  EXPECT_EQ(LastLine(inside.output),
+            "gpipe-run: error: stage 0, micro-batch 0 (forward): RuntimeError: mat1 and mat2 "
+            "shapes cannot be multiplied (6x17 and 16x32)\n");
 }
 
 TEST(ModelInterface, UnbatchedInputIsGivenWholeToEveryMicroBatch) {
   TempDir dir;
-  auto run = RunCli("gpipe-compile", TestModel("transformer_encoder.pt") + " -o " + dir.path("t.gpipe") +
-                                         " --stages 2 --chunks 2 --unbatched-inputs mask --verify"
-                                         " --sample-input src=4x6x16,mask=6x6");
+  auto run =
+      RunCli("gpipe-compile", TestModel("transformer_encoder.pt") + " -o " + dir.path("t.gpipe") +
+                                  " --stages 2 --chunks 2 --unbatched-inputs mask --verify"
+                                  " --sample-input src=4x6x16,mask=6x6");
   ASSERT_EQ(run.exit_code, 0) << run.output;
   EXPECT_NE(run.output.find(" OK\n"), std::string::npos) << run.output;
-  auto batched = RunCli("gpipe-compile", TestModel("transformer_encoder.pt") + " -o " + dir.path("u.gpipe") +
-                                             " --stages 2 --chunks 2 --verify --sample-input src=4x6x16,mask=6x6");
+  auto batched = RunCli("gpipe-compile",
+                        TestModel("transformer_encoder.pt") + " -o " + dir.path("u.gpipe") +
+                            " --stages 2 --chunks 2 --verify --sample-input src=4x6x16,mask=6x6");
   EXPECT_EQ(batched.exit_code, 1);
-  EXPECT_NE(batched.output.find("input 'mask' has 6 rows in dim 0 but input 'src' has 4; batched inputs must "
-                                "share the batch size (if 'mask' is the same for every sample, compile with "
-                                "--unbatched-inputs mask)"),
+  EXPECT_NE(batched.output.find(
+                "input 'mask' has 6 rows in dim 0 but input 'src' has 4; batched inputs must "
+                "share the batch size (if 'mask' is the same for every sample, compile with "
+                "--unbatched-inputs mask)"),
             std::string::npos)
       << batched.output;
 }

@@ -32,25 +32,27 @@ TEST_P(Zoo, VerifiesAtTwoAndFourStagesWithTheDefaults) {
     options.balance.num_stages = stages;
     options.chunks = 2;
     options.sample_inputs = ParseInputSpecs(m.sample);
-    auto report = CompileModel(TestModel(std::string(m.name) + ".pt"), dir.path("z.gpipe"), options);
+    auto report =
+        CompileModel(TestModel(std::string(m.name) + ".pt"), dir.path("z.gpipe"), options);
     EXPECT_EQ(report.manifest.stages.size(), static_cast<size_t>(stages));
     VerifyResult v = VerifyArtifact(TestModel(std::string(m.name) + ".pt"), dir.path("z.gpipe"),
                                     options.sample_inputs, 1e-5);
-    EXPECT_TRUE(v.ok) << m.name << " at " << stages << " stages: output " << v.output_diff << " (" << v.worst_output
-                      << "), grad " << v.grad_diff << " (" << v.worst_grad << ")";
+    EXPECT_TRUE(v.ok) << m.name << " at " << stages << " stages: output " << v.output_diff << " ("
+                      << v.worst_output << "), grad " << v.grad_diff << " (" << v.worst_grad << ")";
     EXPECT_GT(v.parameters_compared, 0u);
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Torchvision, Zoo,
-    ::testing::Values(ZooModel{"tv_mobilenet_v3_small", "2x3x32x32"},  // inverted residuals, squeeze-excite
-                      ZooModel{"tv_squeezenet1_1", "2x3x64x64"},       // Fire modules: concatenated branches
-                      ZooModel{"tv_densenet_small", "2x3x32x32"},      // dense concatenation (a shared list)
-                      ZooModel{"tv_vit_tiny", "2x3x32x32"},            // encoder layers in an OrderedDict
-                      ZooModel{"tv_googlenet", "2x3x64x64"},           // NamedTuple output with None fields
-                      ZooModel{"tv_lraspp", "2x3x32x32"},              // segmentation: dict output, dict backbone
-                      ZooModel{"transformer_encoder", "src=2x6x16,src_key_padding_mask=2x6:bool"}),
+    ::testing::Values(
+        ZooModel{"tv_mobilenet_v3_small", "2x3x32x32"},  // inverted residuals, squeeze-excite
+        ZooModel{"tv_squeezenet1_1", "2x3x64x64"},       // Fire modules: concatenated branches
+        ZooModel{"tv_densenet_small", "2x3x32x32"},      // dense concatenation (a shared list)
+        ZooModel{"tv_vit_tiny", "2x3x32x32"},            // encoder layers in an OrderedDict
+        ZooModel{"tv_googlenet", "2x3x64x64"},           // NamedTuple output with None fields
+        ZooModel{"tv_lraspp", "2x3x32x32"},              // segmentation: dict output, dict backbone
+        ZooModel{"transformer_encoder", "src=2x6x16,src_key_padding_mask=2x6:bool"}),
     [](const ::testing::TestParamInfo<ZooModel>& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -42,7 +42,8 @@ TEST(ScalarizeContainers, ListAppendedInStraightLineCodeBecomesItsElements) {
   auto blockers = FindCutBlockers(graph);
   std::vector<torch::jit::Node*> nodes(graph->nodes().begin(), graph->nodes().end());
   for (size_t i = 1; i < nodes.size(); ++i) {
-    EXPECT_EQ(blockers[i].has_value(), nodes[i - 1]->kind() == c10::prim::ListConstruct) << i << *graph;
+    EXPECT_EQ(blockers[i].has_value(), nodes[i - 1]->kind() == c10::prim::ListConstruct)
+        << i << *graph;
   }
 }
 
@@ -62,7 +63,8 @@ def f(x):
   FileCheck().check_not("aten::_set_item")->check_not("aten::__getitem__")->run(*graph);
   torch::jit::Node* tuple = graph->outputs()[0]->node();
   ASSERT_EQ(tuple->kind(), c10::prim::TupleConstruct);
-  EXPECT_EQ(tuple->input(0)->node()->input(0)->node()->kind(), c10::aten::relu);  // sigmoid(relu(x))
+  EXPECT_EQ(tuple->input(0)->node()->input(0)->node()->kind(),
+            c10::aten::relu);  // sigmoid(relu(x))
   torch::jit::Node* dict = tuple->input(1)->node();
   ASSERT_EQ(dict->kind(), c10::prim::DictConstruct);
   EXPECT_EQ(dict->input(1)->node()->kind(), c10::aten::relu);
@@ -74,7 +76,7 @@ TEST(ScalarizeContainers, BlockersNameTheListThatCannotCross) {
   auto blockers = FindCutBlockers(graph);
   ASSERT_EQ(blockers.size(), 9u);
   EXPECT_FALSE(blockers[1].has_value());  // before the list is made
-  for (size_t i = 2; i < 9; ++i) {  // from the list's making to its last use
+  for (size_t i = 2; i < 9; ++i) {        // from the list's making to its last use
     ASSERT_TRUE(blockers[i].has_value()) << i;
     EXPECT_EQ(blockers[i]->type, "List[Tensor]");
   }
