@@ -13,6 +13,15 @@
 namespace gpipe {
 namespace {
 
+// How much further from the float64 result than the float32 original a
+// pipeline may be and still count as rounding differently. Micro-batches run
+// other kernels (LibTorch's CPU convolution backward for a batch of one is
+// less accurate than for two): on RegNet-X-16GF at batch 2 in 2 micro-batches,
+// 28 of 215 gradients were up to 1.37x as far from float64 as the original's
+// (2e-3 scaled, the same model is bitwise equal with one micro-batch). A
+// wrong pipeline is off by orders of magnitude, not by a factor of two.
+constexpr double kRoundingSlack = 2.0;
+
 double ScaledDiff(const at::Tensor& got, const at::Tensor& want) {
   TORCH_CHECK(got.sizes() == want.sizes(), "shape mismatch: pipeline gives ", got.sizes(),
               " but the original model gives ", want.sizes());
@@ -100,7 +109,7 @@ VerifyResult VerifyArtifact(const std::string& model_path, const std::string& ar
       double original_error = ScaledDiff(w.to(at::kDouble), r);
       result.pipeline_error = std::max(result.pipeline_error, pipeline_error);
       result.original_error = std::max(result.original_error, original_error);
-      ok = ok || pipeline_error <= original_error + tolerance;
+      ok = ok || pipeline_error <= kRoundingSlack * original_error + tolerance;
     }
     result.ok = result.ok && ok;
     return diff;

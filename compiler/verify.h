@@ -19,9 +19,10 @@ struct VerifyResult {
   double pipeline_error = 0;
   double original_error = 0;
   // Every tensor is within tolerance of the original, or (float64 reference)
-  // no further from the true value than the original is, plus tolerance: a
-  // pipeline is not failed for rounding differently, e.g. when float32
-  // kernels for small micro-batches are more accurate than for the batch.
+  // no more than twice as far from the true value as the original is, plus
+  // tolerance: a pipeline is not failed for rounding differently, e.g. when
+  // float32 kernels for small micro-batches are less (or more) accurate than
+  // for the batch (kRoundingSlack in verify.cpp).
   bool ok = false;
 };
 
