@@ -78,7 +78,7 @@ for run in "${runs[@]}"; do
     # verify: the larger of the output and gradient differences; FAIL when above tolerance.
     verify=-
     if [ -n "$line" ]; then
-      verify=$(echo "$line" | sed -nE 's/.*output max\|diff\| = ([^,]+), grad max\|diff\| = ([^ ]+) .*/\1 \2/p' |
+      verify=$(echo "$line" | sed -nE 's/.*output max\|diff\| = ([^ ,]+)[^,]*, grad max\|diff\| = ([^ ]+) .*/\1 \2/p' |
                awk '{ printf "%.2e", ($1 + 0 > $2 + 0 ? $1 : $2) }')
       [[ "$line" == *" OK" ]] || verify="FAIL ${verify}"
     fi

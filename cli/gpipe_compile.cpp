@@ -197,6 +197,7 @@ int Main(int argc, char** argv) {
               "scaled by max(1, max|x|), tolerance %.3g)",
               v.output_diff, v.worst_output.empty() ? "-" : v.worst_output.c_str(), v.grad_diff,
               v.parameters_compared, v.worst_grad.empty() ? "-" : v.worst_grad.c_str(), tolerance);
+  std::printf("; vs the original on the same micro-batches %.3g", v.same_micro_batches_diff);
   if (v.has_float64) {
     std::printf("; error vs float64: pipeline %.3g, original %.3g", v.pipeline_error, v.original_error);
   }

@@ -13,6 +13,9 @@ struct VerifyResult {
   double grad_diff = 0;    // the same over every parameter gradient of sum(outputs)
   std::string worst_grad;  // parameter with the largest gradient difference
   size_t parameters_compared = 0;
+  // The largest difference, over outputs and gradients, from the original run
+  // on the same micro-batches with a stage's intra-op threads (the same kernels).
+  double same_micro_batches_diff = 0;
   // Against the original model run in float64 (when it converts): the largest
   // scaled error of the pipeline and of the float32 original, over all tensors.
   bool has_float64 = false;
@@ -26,7 +29,8 @@ struct VerifyResult {
   bool ok = false;
 };
 
-// Runs the original model and the artifact on the same seeded random input,
+// Runs the original model and the artifact on the same seeded random input
+// (and the original once more on the pipeline's micro-batches),
 // both in eval mode (dropout off) with the simple graph executor (the
 // profiling executor re-optimises after warm-up runs, which changes the last
 // bits), and compares outputs and the gradients of sum(outputs); also runs the
