@@ -65,6 +65,14 @@ SimpleExecutorScope::~SimpleExecutorScope() { torch::jit::getExecutorMode() = pr
 
 namespace {
 
+// Results cut from their autograd graph, which would keep the model's
+// parameters alive after the model itself is gone.
+void Detach(Leaves& leaves) {
+  for (auto& leaf : leaves) {
+    if (leaf.second.isTensor()) leaf.second = leaf.second.toTensor().detach();
+  }
+}
+
 struct Run {
   Leaves outputs;  // every leaf of the result, with its path ("logits", "out[1]")
   std::map<std::string, at::Tensor> grads;
@@ -77,6 +85,7 @@ Run RunOriginal(torch::jit::Module module, const std::vector<c10::IValue>& input
   at::Tensor total = SumAll(run.outputs);
   if (total.requires_grad()) total.backward();
   for (const auto& p : module.named_parameters(/*recurse=*/true)) run.grads[p.name] = p.value.grad();
+  Detach(run.outputs);
   return run;
 }
 
@@ -103,6 +112,7 @@ Run RunOriginalMicroBatched(torch::jit::Module module, const std::vector<c10::IV
     run.outputs[k].second = Gather(pieces);
   }
   for (const auto& p : module.named_parameters(/*recurse=*/true)) run.grads[p.name] = p.value.grad();
+  Detach(run.outputs);
   return run;
 }
 
@@ -129,17 +139,23 @@ VerifyResult VerifyArtifact(const std::string& model_path, const std::string& ar
                             const std::vector<InputSpec>& specs, double tolerance) {
   SimpleExecutorScope simple_executor;
   torch::manual_seed(0);
-  torch::jit::Module original = LoadModel(model_path);
-  std::vector<c10::IValue> inputs = MakeSampleInputs(specs, ForwardSignature(original));
-  Run want = RunOriginal(original, inputs);
+  // Each reference run loads its own copy of the model and frees it on
+  // return, keeping only results and gradients: for ViT-H/14 (632M
+  // parameters) the copies would not fit together in memory.
+  std::vector<c10::IValue> inputs = MakeSampleInputs(specs, ForwardSignature(LoadModel(model_path)));
+  Run want = RunOriginal(LoadModel(model_path), inputs);
   std::optional<Run> exact = RunFloat64(model_path, inputs);
 
   Pipeline pipeline = Pipeline::load(artifact_path);
   pipeline.eval();
   const int stage_threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
                                             static_cast<int>(pipeline.num_stages()));
-  Run same_kernels = RunOriginalMicroBatched(LoadModel(model_path), inputs, pipeline.signature(),
-                                             pipeline.chunks(), stage_threads);
+  std::optional<Run> same_kernels;
+  if (pipeline.chunks() > 1) {
+    same_kernels = RunOriginalMicroBatched(LoadModel(model_path), inputs, pipeline.signature(),
+                                           pipeline.chunks(), stage_threads);
+  }
+  const Run& micro = same_kernels ? *same_kernels : want;
   Leaves got = FlattenWithPaths(pipeline(inputs));
 
   VerifyResult result;
@@ -174,7 +190,7 @@ VerifyResult VerifyArtifact(const std::string& model_path, const std::string& ar
     if (g.isTensor() && w.isTensor()) {
       const c10::IValue* r = exact ? &exact->outputs[k].second : nullptr;
       at::Tensor reference = r && r->isTensor() ? r->toTensor() : at::Tensor();
-      const c10::IValue& m = same_kernels.outputs.at(k).second;
+      const c10::IValue& m = micro.outputs.at(k).second;
       double diff = judge(g.toTensor(), w.toTensor(), m.isTensor() ? m.toTensor() : w.toTensor(),
                           reference.defined() ? &reference : nullptr);
       if (diff >= result.output_diff) {
@@ -196,7 +212,7 @@ VerifyResult VerifyArtifact(const std::string& model_path, const std::string& ar
                 "' does not exist in the original model");
     at::Tensor want_grad = it->second.defined() ? it->second : torch::zeros_like(param);
     at::Tensor got_grad = param.grad().defined() ? param.grad() : torch::zeros_like(param);
-    at::Tensor micro_grad = same_kernels.grads.at(name);
+    at::Tensor micro_grad = micro.grads.at(name);
     if (!micro_grad.defined()) micro_grad = torch::zeros_like(param);
     const at::Tensor* reference = exact ? &exact->grads.at(name) : nullptr;
     double diff = judge(got_grad, want_grad, micro_grad, reference);

@@ -19,6 +19,7 @@
 #include <torch/csrc/jit/api/function_impl.h>
 #include <torch/csrc/jit/jit_log.h>
 #include <torch/csrc/jit/passes/inliner.h>
+#include <torch/jit.h>
 #include <torch/script.h>
 
 namespace gpipe {

@@ -16,6 +16,7 @@
 #include "runtime/pipeline_core.h"
 #include "runtime/pipeline_error.h"
 #include "runtime/pipeline_run.h"
+#include "runtime/torch_compat.h"
 
 namespace gpipe {
 namespace {
@@ -238,9 +239,7 @@ void AttachBackward(const std::shared_ptr<PipelineRun>& run, const std::vector<c
       grad_outputs.push_back(k);
     }
   }
-  auto node = std::shared_ptr<PipelineBackward>(
-      new PipelineBackward(run, grad_outputs, grad_inputs, outputs.size()),
-      torch::autograd::deleteNode);
+  auto node = compat::MakeNode<PipelineBackward>(run, grad_outputs, grad_inputs, outputs.size());
   node->set_next_edges(torch::autograd::collect_next_edges(grad_input_tensors));
   for (size_t k : grad_outputs) torch::autograd::set_history(outputs[k], node);
 }

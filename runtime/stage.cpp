@@ -2,6 +2,8 @@
 
 #include <optional>
 
+#include <torch/cuda.h>
+
 namespace gpipe {
 
 std::vector<c10::IValue> Stage::Run(std::vector<c10::IValue> inputs) {

@@ -3,6 +3,8 @@
 #include <functional>
 #include <random>
 
+#include <c10/util/Exception.h>
+
 #include "compiler/partition.h"
 
 namespace gpipe {

@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <torch/torch.h>
+
 #include "runtime/artifact.h"
 #include "runtime/pipeline.h"
 #include "tests/test_util.h"

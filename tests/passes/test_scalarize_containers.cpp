@@ -5,6 +5,7 @@
 #include "passes/scalarize_containers.h"
 
 #include <torch/csrc/jit/api/function_impl.h>
+#include <torch/jit.h>
 #include "tests/passes/module_builders.h"
 
 namespace gpipe {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
+#include <torch/torch.h>
 
 #include "runtime/peer_group.h"
 #include "runtime/value_transfer.h"
