@@ -81,6 +81,21 @@ class OptionalArgs(nn.Module):
         return {"logits": self.head(h), "hidden": h}
 
 
+class FeatureMask(nn.Module):
+    """An optional mask shared by every sample (one value per feature, no batch dim)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = Half(6, 8)
+        self.b = Half(8, 3)
+
+    def forward(self, x, mask: Optional[torch.Tensor] = None):
+        h = self.a(x)
+        if mask is not None:
+            h = h * mask
+        return self.b(h)
+
+
 class NestedOut(nn.Module):
     """Nested tuples and lists with a None and a constant among them."""
 
@@ -179,6 +194,7 @@ def main() -> None:
         os.path.join(args.dir, "gpt.pt"))
     torch.jit.script(OptionalArgs()).save(os.path.join(args.dir, "optional_args.pt"))
     torch.jit.script(NestedOut()).save(os.path.join(args.dir, "nested_out.pt"))
+    torch.jit.script(FeatureMask()).save(os.path.join(args.dir, "feature_mask.pt"))
     torch.jit.script(dense_concat()).save(os.path.join(args.dir, "dense_concat.pt"))
     export_zoo_subset(args.dir)
     import torchvision
