@@ -54,6 +54,10 @@ using Kwargs = std::unordered_map<std::string, c10::IValue>;
 std::vector<c10::IValue> BindArguments(const std::vector<ForwardArgument>& signature,
                                        std::vector<c10::IValue> args, const Kwargs& kwargs = {});
 
+// "float32", "int64", ... (and back; nullopt for an unknown name).
+std::string DtypeName(c10::ScalarType type);
+std::optional<c10::ScalarType> DtypeFromName(const std::string& name);
+
 // "forward(x: Tensor, mask: Optional[Tensor] = None)"
 std::string SignatureText(const std::vector<ForwardArgument>& signature);
 
