@@ -107,9 +107,8 @@ StagePlan ChoosePlan(const LoweredProgram& program, const CompileOptions& option
 
 // The units cuts fall between: at --unit-depth, at level 1 for an explicit
 // --balance (whose counts refer to them), else chosen for the stage count.
-std::vector<PartitionUnit> ChooseUnitsFor(const LoweredModel& lowered, const CompileOptions& options,
-                                          CompileReport& report) {
-  ModuleTree tree(lowered.graph);
+std::vector<PartitionUnit> ChooseUnitsFor(const LoweredModel& lowered, const ModuleTree& tree,
+                                          const CompileOptions& options, CompileReport& report) {
   if (options.unit_depth) return tree.Units(tree.Frontier(*options.unit_depth));
   if (!options.balance.balance.empty()) return tree.Units(tree.Frontier(1));
   size_t num_stages = static_cast<size_t>(std::max<int64_t>(options.balance.num_stages, 1));
@@ -124,8 +123,7 @@ std::vector<PartitionUnit> ChooseUnitsFor(const LoweredModel& lowered, const Com
 
 // Every cut must let its crossing values travel between stages (an explicit
 // --split-before can ask for one that does not).
-void CheckCuts(const LoweredModel& lowered, const StagePlan& plan) {
-  ModuleTree tree(lowered.graph);
+void CheckCuts(const LoweredModel& lowered, const ModuleTree& tree, const StagePlan& plan) {
   std::vector<torch::jit::Node*> nodes(lowered.graph->nodes().begin(), lowered.graph->nodes().end());
   for (size_t s = 1; s < plan.num_stages(); ++s) {
     const auto& blocker = tree.BlockerAt(plan.first_node[s]);
@@ -149,9 +147,10 @@ CompileReport CompileModel(const std::string& model_path, const std::string& out
     program.deferred = DeferBatchNorm(program.lowered.graph, program.lowered.attributes, program.lowered.num_inputs);
   }
   CompileReport report;
-  program.units = ChooseUnitsFor(program.lowered, options, report);
+  const ModuleTree tree(program.lowered.graph);  // module structure and cut blockers, found once
+  program.units = ChooseUnitsFor(program.lowered, tree, options, report);
   StagePlan plan = ChoosePlan(program, options, report);
-  CheckCuts(program.lowered, plan);
+  CheckCuts(program.lowered, tree, plan);
   BuiltPipeline built = BuildPipeline(program, plan, options);
   built.manifest.balance_method = BalanceMethod(options);
   built.manifest.unit_costs = report.unit_costs;
