@@ -142,8 +142,9 @@ VerifyResult VerifyArtifact(const std::string& model_path, const std::string& ar
   // Each reference run loads its own copy of the model and frees it on
   // return, keeping only results and gradients: for ViT-H/14 (632M
   // parameters) the copies would not fit together in memory.
-  std::vector<c10::IValue> inputs = MakeSampleInputs(specs, ForwardSignature(LoadModel(model_path)));
-  Run want = RunOriginal(LoadModel(model_path), inputs);
+  torch::jit::Module original = LoadModel(model_path);
+  std::vector<c10::IValue> inputs = MakeSampleInputs(specs, ForwardSignature(original));
+  Run want = RunOriginal(std::move(original), inputs);  // the last handle: freed on return
   std::optional<Run> exact = RunFloat64(model_path, inputs);
 
   Pipeline pipeline = Pipeline::load(artifact_path);
