@@ -12,6 +12,7 @@
 #include <future>
 
 #include <ATen/ATen.h>
+#include <c10/util/Exception.h>
 
 #include "runtime/peer_group.h"
 
@@ -31,6 +32,15 @@ TempDir::TempDir() {
 TempDir::~TempDir() {
   std::error_code ignored;
   std::filesystem::remove_all(dir_, ignored);
+}
+
+std::string ErrorOf(const std::function<void()>& call) {
+  try {
+    call();
+  } catch (const c10::Error& e) {
+    return e.what_without_backtrace();
+  }
+  return "";
 }
 
 std::string CliPath(const std::string& tool) { return std::string(GPIPE_CLI_DIR) + "/" + tool; }

@@ -51,6 +51,9 @@ int FreeTcpPort();
 // after all have finished and rethrows the first failure.
 void RunRanksInThreads(int world, const std::function<void(const std::shared_ptr<PeerGroup>&)>& body);
 
+// The message (without backtrace) of the c10::Error `call` throws; "" if none.
+std::string ErrorOf(const std::function<void()>& call);
+
 // Largest |a - b|; both must have the same shape.
 double MaxAbsDiff(const at::Tensor& a, const at::Tensor& b);
 

@@ -50,14 +50,7 @@ std::string LastLine(const std::string& output) {
   return start == std::string::npos ? output : output.substr(start + 1);
 }
 
-std::string ErrorOf(const std::function<void()>& call) {
-  try {
-    call();
-  } catch (const c10::Error& e) {
-    return e.what_without_backtrace();
-  }
-  return "";
-}
+using testing::ErrorOf;
 
 TEST(ModelInterface, OptionalArgumentsOmittedOrGivenByPositionOrName) {
   TempDir dir;

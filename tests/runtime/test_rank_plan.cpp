@@ -3,6 +3,7 @@
 #include <set>
 
 #include "runtime/rank_plan.h"
+#include "tests/test_util.h"
 
 namespace gpipe {
 namespace {
@@ -28,14 +29,7 @@ Manifest FourStagesWithASkip() {
   return m;
 }
 
-std::string ErrorOf(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const c10::Error& e) {
-    return e.what_without_backtrace();
-  }
-  return "";
-}
+using testing::ErrorOf;
 
 TEST(RankPlan, OneProcessHasNoRemoteUses) {
   RankPlan plan;
