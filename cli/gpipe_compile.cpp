@@ -189,6 +189,13 @@ int Main(int argc, char** argv) {
               gpipe::ToString(m.checkpoint).c_str());
   PrintPlan(report);
   PrintLargestStage(report);
+  if (!report.specialized.empty()) {  // e.g. timm's ViT: attn_mask=None, is_causal=False
+    std::string fixed;
+    for (const auto& a : report.specialized) fixed += (fixed.empty() ? "" : ", ") + a;
+    const char* them = report.specialized.size() == 1 ? "it" : "them";
+    std::printf("fixed %s: forward branches on %s around its layers; give %s with --sample-input to keep "
+                "%s as inputs\n", fixed.c_str(), them, them, them);
+  }
   std::printf("wrote %s\n", output.c_str());
   if (!vm.count("verify")) return 0;
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <limits>
+#include <sstream>
 
 #include "compiler/build_pipeline.h"
 #include "compiler/model_loader.h"
@@ -11,7 +12,9 @@
 #include "compiler/unit_chooser.h"
 #include "passes/defer_batch_norm.h"
 #include "passes/partition_units.h"
+#include "passes/specialize_arguments.h"
 #include "runtime/artifact.h"
+#include "runtime/sample_input.h"
 
 namespace gpipe {
 namespace {
@@ -135,6 +138,28 @@ void CheckCuts(const LoweredModel& lowered, const ModuleTree& tree, const StageP
   }
 }
 
+// Arguments no sample gives stay at their defaults; where forward branches
+// on one around its layers (timm's ViT wraps every block in `if attn_mask is
+// not None or is_causal`), the branch would be one unit, so it is fixed to
+// the default and folded away. The artifact refuses other values for it.
+void SpecializeOmittedArguments(LoweredModel& lowered, const CompileOptions& options, CompileReport& report) {
+  std::vector<std::optional<InputSpec>> given = AssignSpecs(options.sample_inputs, lowered.arguments);
+  std::vector<size_t> omitted;
+  for (size_t k = 0; k < given.size(); ++k) {
+    if (!given[k] && lowered.arguments[k].default_value) omitted.push_back(k);
+  }
+  std::vector<std::pair<size_t, c10::IValue>> values;
+  for (size_t k : FindBranchArguments(*lowered.graph, omitted)) {
+    ForwardArgument& arg = lowered.arguments[k];
+    arg.specialized = true;
+    values.emplace_back(k, *arg.default_value);
+    std::ostringstream text;
+    text << arg.name << "=" << *arg.default_value;
+    report.specialized.push_back(text.str());
+  }
+  SpecializeArguments(lowered.graph, values);
+}
+
 }  // namespace
 
 CompileReport CompileModel(const std::string& model_path, const std::string& output_path,
@@ -143,10 +168,11 @@ CompileReport CompileModel(const std::string& model_path, const std::string& out
   LoweredProgram program;
   program.lowered = LowerModel(LoadModel(model_path));
   program.source_name = std::filesystem::path(model_path).filename().string();
+  CompileReport report;
+  SpecializeOmittedArguments(program.lowered, options, report);
   if (options.deferred_batch_norm) {
     program.deferred = DeferBatchNorm(program.lowered.graph, program.lowered.attributes, program.lowered.num_inputs);
   }
-  CompileReport report;
   const ModuleTree tree(program.lowered.graph);  // module structure and cut blockers, found once
   program.units = ChooseUnitsFor(program.lowered, tree, options, report);
   StagePlan plan = ChoosePlan(program, options, report);

@@ -18,6 +18,7 @@ struct CompileReport {
   std::vector<std::string> unit_names;    // all units of the model, in order
   std::vector<double> unit_weights;       // their static work estimates (OpWeight)
   bool units_chosen = false;              // granularity chosen automatically (no --unit-depth)
+  std::vector<std::string> specialized;   // arguments fixed to their defaults, as "attn_mask=None"
   std::vector<int64_t> balance;           // units per stage, as chosen
   std::vector<int64_t> parameter_counts;  // elements per stage
 };

@@ -44,6 +44,19 @@ c10::IValue Coerce(const ForwardArgument& arg, c10::IValue value) {
   return value;
 }
 
+// Equal plain values (None, bool, int, float, str); a tensor never equals a default.
+bool SameValue(const c10::IValue& a, const c10::IValue& b) {
+  if (a.isTensor() || b.isTensor()) return false;
+  if (a.isNone() || b.isNone()) return a.isNone() && b.isNone();
+  return a == b;
+}
+
+std::string ValueText(const c10::IValue& value) {
+  std::ostringstream text;
+  text << value;
+  return text.str();
+}
+
 bool Floating(c10::ScalarType t) { return at::isFloatingType(t) || at::isComplexType(t); }
 
 // The sizes an argument must have to match its sample (dim 0 is free when batched).
@@ -141,7 +154,12 @@ std::vector<c10::IValue> BindArguments(const std::vector<ForwardArgument>& signa
                   ") is missing and has no default; pass it: ", SignatureText(signature));
       bound[k] = *arg.default_value;
     }
-    inputs.push_back(Coerce(arg, std::move(*bound[k])));
+    c10::IValue value = Coerce(arg, std::move(*bound[k]));
+    TORCH_CHECK(!arg.specialized || SameValue(value, *arg.default_value), "argument '", arg.name,
+                "' was fixed to its default ", ValueText(*arg.default_value),
+                " when the model was compiled (forward branches on it around its layers, and no "
+                "--sample-input gave it); recompile with --sample-input ", arg.name, "=... to pass it");
+    inputs.push_back(std::move(value));
   }
   return inputs;
 }

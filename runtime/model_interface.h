@@ -27,6 +27,9 @@ struct ForwardArgument {
   // shape (sizes[0] is the batch); unset/empty when no sample was given.
   std::optional<c10::ScalarType> sample_dtype;
   std::vector<int64_t> sample_sizes;
+  // Fixed to its default at compile time: forward branched on it around its
+  // layers and no sample gave it (SpecializeArguments). Another value is an error.
+  bool specialized = false;
 
   bool is_tensor() const { return type == "Tensor" || type == "Optional[Tensor]"; }
 };

@@ -106,6 +106,7 @@ json ArgumentsToJson(const std::vector<ForwardArgument>& signature) {
   for (const auto& a : signature) {
     json j = {{"name", a.name}, {"type", a.type}, {"batched", a.batched}};
     if (a.default_value) j["default"] = ValueToJson(*a.default_value);
+    if (a.specialized) j["specialized"] = true;
     if (a.sample_dtype) {
       j["sample_dtype"] = DtypeName(*a.sample_dtype);
       j["sample_sizes"] = a.sample_sizes;
@@ -130,6 +131,11 @@ std::vector<ForwardArgument> ArgumentsFromJson(const json& j) {
     arg.batched = batched.get<bool>();
     const std::string where = "the default of argument '" + arg.name + "'";
     if (a.contains("default")) arg.default_value = ValueFromJson(a.at("default"), arg.type, where);
+    if (a.contains("specialized")) {
+      TORCH_CHECK(a.at("specialized").is_boolean() && (arg.default_value || !a.at("specialized").get<bool>()),
+                  "manifest: argument '", arg.name, "' is marked specialized without a default");
+      arg.specialized = a.at("specialized").get<bool>();
+    }
     if (a.contains("sample_dtype")) {
       const json& dtype = a.at("sample_dtype");
       TORCH_CHECK(dtype.is_string() && DtypeFromName(dtype.get<std::string>()),

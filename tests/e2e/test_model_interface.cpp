@@ -97,6 +97,40 @@ TEST(ModelInterface, OptionalArgumentsOmittedOrGivenByPositionOrName) {
             "Optional[Tensor])");
 }
 
+// timm's ViT pattern: left at their defaults, the arguments forward branches
+// on around its blocks are fixed, so the blocks can be split; the artifact
+// then refuses other values for them, and giving one at compile time keeps it.
+TEST(ModelInterface, OmittedArgumentsABranchAroundTheLayersDependsOnAreFixed) {
+  TempDir dir;
+  CompileOptions options = Options(2, 2);
+  options.sample_inputs = ParseInputSpecs("4x8");
+  auto report = CompileModel(TestModel("branch_args.pt"), dir.path("m.gpipe"), options);
+  EXPECT_EQ(report.specialized, (std::vector<std::string>{"mask=None", "is_causal=False"}));
+  EXPECT_EQ(report.manifest.stages.size(), 2u);
+  Pipeline pipe = Pipeline::load(dir.path("m.gpipe"));
+  EXPECT_TRUE(pipe.signature()[1].specialized);
+  auto original = torch::jit::load(TestModel("branch_args.pt"));
+  at::Tensor x = torch::randn({4, 8});
+  ExpectSameResult(pipe({x}), original.forward({x}));
+  ExpectSameResult(pipe({x}, {{"is_causal", false}}), original.forward({x}));
+  EXPECT_EQ(ErrorOf([&] { pipe({x}, {{"is_causal", true}}); }),
+            "argument 'is_causal' was fixed to its default False when the model was compiled (forward "
+            "branches on it around its layers, and no --sample-input gave it); recompile with "
+            "--sample-input is_causal=... to pass it");
+  EXPECT_EQ(ErrorOf([&] { pipe({x, torch::ones({4, 1})}); }),
+            "argument 'mask' was fixed to its default None when the model was compiled (forward branches "
+            "on it around its layers, and no --sample-input gave it); recompile with --sample-input "
+            "mask=... to pass it");
+
+  // A branch kept is one unit with everything in it: one stage here.
+  options.balance.num_stages = 1;
+  options.sample_inputs = ParseInputSpecs("4x8,is_causal=true");
+  auto kept = CompileModel(TestModel("branch_args.pt"), dir.path("k.gpipe"), options);
+  EXPECT_EQ(kept.specialized, (std::vector<std::string>{"mask=None"}));  // mask alone still branches
+  Pipeline with_flag = Pipeline::load(dir.path("k.gpipe"));
+  ExpectSameResult(with_flag({x, c10::IValue(), true}), original.forward({x, c10::IValue(), true}));
+}
+
 TEST(ModelInterface, DictOutputsCarryGradientsToEveryParameter) {
   TempDir dir;
   Pipeline pipe = Compile(dir, "optional_args.pt", 2, "4x6");
