@@ -5,6 +5,12 @@
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/version.h>
+#ifdef GPIPE_WITH_NCCL  // a CUDA LibTorch (runtime/CMakeLists.txt also sets USE_C10D_NCCL)
+#include <c10/cuda/CUDAFunctions.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
 
 #include "runtime/pipeline_error.h"
 
@@ -57,6 +63,24 @@ std::vector<uint8_t> Bytes(const std::string& s) { return std::vector<uint8_t>(s
 
 }  // namespace
 
+PeerBackend ParsePeerBackend(const std::string& text) {
+  if (text == "auto") return PeerBackend::kAuto;
+  if (text == "gloo") return PeerBackend::kGloo;
+  if (text == "nccl") return PeerBackend::kNccl;
+  TORCH_CHECK(false, "unknown backend '", text, "'; use auto, gloo or nccl");
+}
+
+const char* PeerBackendName(PeerBackend backend) {
+  switch (backend) {
+    case PeerBackend::kGloo:
+      return "gloo";
+    case PeerBackend::kNccl:
+      return "nccl";
+    default:
+      return "auto";
+  }
+}
+
 PeerGroupOptions PeerGroupOptionsFromEnvironment() {
   PeerGroupOptions options;
   options.world_size = EnvInt("WORLD_SIZE", true, 1, 1, 1 << 16);
@@ -65,13 +89,41 @@ PeerGroupOptions PeerGroupOptionsFromEnvironment() {
   options.master_addr = Env("MASTER_ADDR", true);
   TORCH_CHECK(!options.master_addr.empty(), "MASTER_ADDR is empty; set it to rank 0's host");
   options.master_port = EnvInt("MASTER_PORT", true, 0, 1, 65535);
+  options.local_rank = EnvInt("LOCAL_RANK", false, options.rank % options.local_world_size, 0, 1 << 16);
   return options;
 }
 
 struct PeerGroup::Impl {
   c10::intrusive_ptr<c10d::TCPStore> store;
-  c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> gloo;
+  std::optional<c10::Device> nccl_device;  // set when `nccl` is
   int checks = 0;
+#ifdef GPIPE_WITH_NCCL
+  c10::intrusive_ptr<c10d::ProcessGroupNCCL> nccl;
+  c10d::Backend& Carrier(bool over_nccl) { return over_nccl ? static_cast<c10d::Backend&>(*nccl) : *gloo; }
+  // A ProcessGroupNCCL beside Gloo, on the GPU of LOCAL_RANK; its keys get
+  // their own prefix in the shared store.
+  void StartNccl(const PeerGroupOptions& options) {
+    const int gpus = c10::cuda::device_count();
+    if (gpus == 0) {
+      TORCH_CHECK(options.backend != PeerBackend::kNccl, "--backend nccl needs a GPU, and rank ", options.rank,
+                  " sees none; use --backend gloo (or auto)");
+      return;
+    }
+    auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
+    nccl_options->timeout = options.timeout;
+    nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(c10::make_intrusive<c10d::PrefixStore>("nccl/", store),
+                                                       options.rank, options.world_size, nccl_options);
+    nccl_device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(options.local_rank % gpus));
+  }
+#else
+  c10d::ProcessGroupGloo& Carrier(bool) { return *gloo; }
+  void StartNccl(const PeerGroupOptions& options) {
+    TORCH_CHECK(options.backend != PeerBackend::kNccl,
+                "--backend nccl needs gpipe-cpp built against a LibTorch with CUDA, and this one (LibTorch ",
+                TORCH_VERSION, ") has none; build it with scripts/setup_torch2.sh, or use --backend gloo");
+  }
+#endif
 };
 
 struct PeerGroup::PendingSend {
@@ -95,7 +147,7 @@ PeerGroup::PeerGroup(const PeerGroupOptions& options) : options_(options), impl_
     impl_->store = c10::make_intrusive<c10d::TCPStore>(options.master_addr, store_options);
     auto gloo = c10d::ProcessGroupGloo::Options::create(options.timeout);
     gloo->devices.push_back(GlooDevice(options.master_addr));
-    impl_->group = c10::make_intrusive<c10d::ProcessGroupGloo>(
+    impl_->gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(
         c10::static_intrusive_pointer_cast<c10d::Store>(impl_->store), options.rank, options.world_size, gloo);
   } catch (const std::exception& e) {
     TORCH_CHECK(false, "rank ", options.rank, " of ", options.world_size, " could not join the rendezvous at ",
@@ -103,6 +155,15 @@ PeerGroup::PeerGroup(const PeerGroupOptions& options) : options_(options), impl_
                 ". Start every rank with the same MASTER_ADDR/MASTER_PORT (rank 0 listens there) and "
                 "WORLD_SIZE, and check that the port is free");
   }
+  if (options.backend != PeerBackend::kGloo) impl_->StartNccl(options);
+  // With --backend auto, a rank without a GPU would wait on NCCL messages forever.
+  CheckSameAsRankZero("GPU tensors over NCCL (a GPU and --backend)", impl_->nccl_device ? "nccl" : "gloo");
+}
+
+std::optional<c10::Device> PeerGroup::nccl_device() const { return impl_->nccl_device; }
+
+bool PeerGroup::UsesNccl(const at::Tensor& tensor) const {
+  return impl_->nccl_device.has_value() && tensor.device() == *impl_->nccl_device;
 }
 
 PeerGroup::~PeerGroup() = default;
@@ -131,12 +192,13 @@ void PeerGroup::Fail(const std::exception& e, int peer, const std::string& what)
 
 void PeerGroup::Send(const at::Tensor& tensor, int peer, int tag, const std::string& what) {
   auto pending = std::make_unique<PendingSend>();
-  pending->tensor = tensor.contiguous();
+  const bool over_nccl = UsesNccl(tensor);
+  pending->tensor = over_nccl ? tensor.contiguous() : tensor.to(at::kCPU).contiguous();
   pending->peer = peer;
   pending->what = what;
   std::vector<at::Tensor> tensors{pending->tensor};
   try {
-    pending->work = impl_->group->send(tensors, peer, tag);
+    pending->work = impl_->Carrier(over_nccl).send(tensors, peer, tag);
   } catch (const std::exception& e) {
     Fail(e, peer, what);
   }
@@ -160,18 +222,22 @@ void PeerGroup::WaitSends() {
 }
 
 void PeerGroup::Recv(at::Tensor& tensor, int peer, int tag, const std::string& what) {
-  std::vector<at::Tensor> tensors{tensor};
+  const bool over_nccl = UsesNccl(tensor);
+  const bool direct = (over_nccl || tensor.is_cpu()) && tensor.is_contiguous();
+  std::vector<at::Tensor> tensors{direct ? tensor : at::empty(tensor.sizes(), tensor.options().device(at::kCPU))};
   try {
-    impl_->group->recv(tensors, peer, tag)->wait(options_.timeout);
+    impl_->Carrier(over_nccl).recv(tensors, peer, tag)->wait(options_.timeout);
   } catch (const std::exception& e) {
     Fail(e, peer, what);
   }
+  if (!direct) tensor.copy_(tensors[0]);
 }
 
 void PeerGroup::AllReduceSum(at::Tensor& tensor, const std::string& what) {
   std::vector<at::Tensor> tensors{tensor};
   try {
-    impl_->group->allreduce(tensors)->wait(options_.timeout);
+    TORCH_INTERNAL_ASSERT(tensor.is_cpu(), "AllReduceSum reduces host tensors (over Gloo)");
+    impl_->gloo->allreduce(tensors)->wait(options_.timeout);
   } catch (const std::exception& e) {
     Fail(e, -1, what);
   }
@@ -179,7 +245,7 @@ void PeerGroup::AllReduceSum(at::Tensor& tensor, const std::string& what) {
 
 void PeerGroup::Barrier(const std::string& what) {
   try {
-    impl_->group->barrier()->wait(options_.timeout);
+    impl_->gloo->barrier()->wait(options_.timeout);
   } catch (const std::exception& e) {
     Fail(e, -1, what);
   }

@@ -164,6 +164,14 @@ Pipeline Pipeline::load(const std::string& path, const PipelineOptions& options)
   if (core->peers) {
     core->peers->CheckSameAsRankZero("an artifact or options (chunks, checkpoint, --ranks)",
                                      Fingerprint(manifest, core->ranks));
+    // NCCL pairs messages by order: two stages' threads on one rank could interleave theirs.
+    std::vector<int> stages_of_rank(static_cast<size_t>(core->peers->size()), 0);
+    for (size_t s = 0; s < num_stages; ++s) ++stages_of_rank[static_cast<size_t>(core->ranks.rank_of(s))];
+    for (size_t r = 0; r < stages_of_rank.size(); ++r) {
+      TORCH_CHECK(!core->peers->nccl_device() || stages_of_rank[r] <= 1, "rank ", r, " runs ", stages_of_rank[r],
+                  " stages, but NCCL needs one stage per rank (it matches messages by order, and two stages "
+                  "would interleave theirs); start one rank per stage, or use --backend gloo");
+    }
   }
   return Pipeline(std::move(core));
 }

@@ -7,9 +7,11 @@
 namespace gpipe {
 namespace {
 
-constexpr int64_t kMagic = 0x67706970'00000001;  // "gpip", protocol 1
+constexpr int64_t kMagic = 0x67706970'00000002;  // "gpip", protocol 2
 constexpr int64_t kMaxDims = 10;
-enum Field : int64_t { kMagicField, kKind, kDtype, kCarriesGrad, kRank, kSizes, kScalar = kSizes + kMaxDims, kHeaderSize };
+enum Field : int64_t {
+  kMagicField, kKind, kDtype, kCarriesGrad, kOverNccl, kRank, kSizes, kScalar = kSizes + kMaxDims, kHeaderSize
+};
 enum Kind : int64_t { kNone, kTensor, kInt, kDouble, kBool };
 
 at::Tensor Header() { return at::zeros({kHeaderSize}, at::kLong); }
@@ -25,7 +27,10 @@ void SendValue(PeerGroup& peers, const c10::IValue& value, bool carries_grad, in
   if (value.isNone() || (value.isTensor() && !value.toTensor().defined())) {
     h[kKind] = kNone;
   } else if (value.isTensor()) {
-    payload = value.toTensor().detach().to(at::kCPU).contiguous();
+    payload = value.toTensor().detach();
+    h[kOverNccl] = peers.UsesNccl(payload);
+    if (!h[kOverNccl]) payload = payload.to(at::kCPU);
+    payload = payload.contiguous();
     TORCH_CHECK(payload.dim() <= kMaxDims, what, " has ", payload.dim(), " dimensions; at most ", kMaxDims,
                 " can travel between ranks");
     h[kKind] = kTensor;
@@ -76,7 +81,13 @@ c10::IValue RecvValue(PeerGroup& peers, int peer, int message, const std::string
     case kTensor: {
       std::vector<int64_t> sizes(h + kSizes, h + kSizes + h[kRank]);
       auto dtype = static_cast<at::ScalarType>(h[kDtype]);
-      at::Tensor t = at::empty(sizes, at::TensorOptions().dtype(dtype));
+      at::TensorOptions options = at::TensorOptions().dtype(dtype);
+      if (h[kOverNccl] != 0) {
+        TORCH_CHECK(peers.nccl_device().has_value(), "rank ", peer, " sent ", what,
+                    " over NCCL, but this rank has no NCCL; start every rank with the same --backend");
+        options = options.device(*peers.nccl_device());
+      }
+      at::Tensor t = at::empty(sizes, options);
       if (t.numel() > 0) peers.Recv(t, peer, 2 * message + 1, what);
       if (h[kCarriesGrad] != 0) t.requires_grad_(true);
       return t;

@@ -15,8 +15,10 @@ namespace gpipe {
 // on the sending side. `message` identifies the value within one step; it
 // uses the two c10d tags 2*message and 2*message+1.
 //
-// Tensors travel through host memory (Gloo); a received tensor is on the
-// CPU, a fresh leaf with requires_grad as the sender's flag said.
+// A tensor on the GPU that PeerGroup runs NCCL on travels over NCCL and
+// arrives on the receiver's NCCL GPU; any other tensor travels through host
+// memory (Gloo) and arrives on the CPU. Either is a fresh leaf with
+// requires_grad as the sender's flag said.
 void SendValue(PeerGroup& peers, const c10::IValue& value, bool carries_grad, int peer, int message,
                const std::string& what);
 c10::IValue RecvValue(PeerGroup& peers, int peer, int message, const std::string& what);

@@ -9,6 +9,9 @@
 #include <map>
 #include <mutex>
 
+#include <torch/cuda.h>
+#include <torch/version.h>
+
 #include "compiler/compile.h"
 #include "runtime/peer_group.h"
 #include "runtime/pipeline.h"
@@ -233,6 +236,54 @@ TEST(Distributed, RanksStartedWithDifferentOptionsRefuseToRun) {
                          "RANK=0 " + run + " --steps 3; sleep 1; cat " + dir.path("rank1.txt"));
   EXPECT_OUTPUT_HAS(result, "gpipe-run: error: rank 1 was started with different options (--sample-input, "
                             "--train, --steps, --lr, --loss, --seed, --save, --checkpoint-every) than rank 0");
+}
+
+// --backend nccl where NCCL cannot run is one line saying why, on this
+// build: a LibTorch without CUDA (Debian's 1.13), or no GPU (pip's 2.x here).
+TEST(Distributed, NcclWithoutCudaOrAGpuIsAClearError) {
+  if (torch::cuda::device_count() > 0) GTEST_SKIP() << "this machine has a GPU, so NCCL can start";
+  TempDir dir;
+  std::string art = Compile(dir, "mlp9.pt", "--stages 2");
+  auto result = RunCli("gpipe-launch", "--nproc 2 " + art + " --sample-input 12x16 --steps 1 --timeout-s 20 "
+                                       "--backend nccl");
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+#ifdef GPIPE_WITH_CUDA
+  EXPECT_OUTPUT_HAS(result, "[rank 0] gpipe-run: error: --backend nccl needs a GPU, and rank 0 sees none; use "
+                            "--backend gloo (or auto)");
+#else
+  EXPECT_OUTPUT_HAS(result, std::string("[rank 0] gpipe-run: error: --backend nccl needs gpipe-cpp built against "
+                                        "a LibTorch with CUDA, and this one (LibTorch ") +
+                                TORCH_VERSION + ") has none; build it with scripts/setup_torch2.sh, or use "
+                                                "--backend gloo");
+#endif
+  auto typo = RunCli("gpipe-launch", "--nproc 2 " + art + " --sample-input 12x16 --steps 1 --backend mpi");
+  EXPECT_OUTPUT_HAS(typo, "gpipe-run: error: unknown backend 'mpi'; use auto, gloo or nccl");
+  auto alone = RunCli("gpipe-run", art + " --sample-input 12x16 --backend gloo");
+  EXPECT_EQ(alone.exit_code, 2) << alone.output;
+  EXPECT_OUTPUT_HAS(alone, "--backend needs --distributed");
+}
+
+// Two ranks, one GPU each, activations and gradients GPU to GPU over NCCL:
+// the same weights as one process. Runs where two GPUs exist (bench/gpu.sh
+// runs it on the lent GPU machine); skipped, and said so, elsewhere.
+TEST(Distributed, TwoGpusOverNcclTrainExactlyLikeOneProcess) {
+#ifndef GPIPE_WITH_CUDA
+  GTEST_SKIP() << "NCCL needs a CUDA build (scripts/setup_torch2.sh)";
+#else
+  if (torch::cuda::device_count() < 2) {
+    GTEST_SKIP() << "needs 2 GPUs; this machine has " << torch::cuda::device_count();
+  }
+  TempDir dir;
+  std::string art = Compile(dir, "mlp9.pt", "--stages 2 --chunks 4 --devices cuda:0,cuda:1");
+  auto single = RunCli("gpipe-run", art + kTrain + " --save " + dir.path("single.gpipe"));
+  ASSERT_EQ(single.exit_code, 0) << single.output;
+  for (const char* backend : {"nccl", "gloo"}) {
+    const std::string out = dir.path(std::string(backend) + ".gpipe");
+    auto two = RunCli("gpipe-launch", "--nproc 2 " + art + kTrain + " --backend " + backend + " --save " + out);
+    ASSERT_EQ(two.exit_code, 0) << two.output;
+    ExpectSameParameters(dir.path("single.gpipe"), out);
+  }
+#endif
 }
 
 }  // namespace
