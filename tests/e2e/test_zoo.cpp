@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include "compiler/compile.h"
 #include "compiler/verify.h"
 #include "tests/test_util.h"
@@ -18,14 +20,19 @@ using testing::TestModel;
 struct ZooModel {
   const char* name;
   const char* sample;
+  const char* variant = "";  // tells apart two samples for one model
 };
 
-void PrintTo(const ZooModel& m, std::ostream* os) { *os << m.name; }
+void PrintTo(const ZooModel& m, std::ostream* os) { *os << m.name << m.variant; }
 
 class Zoo : public ::testing::TestWithParam<ZooModel> {};
 
 TEST_P(Zoo, VerifiesAtTwoAndFourStagesWithTheDefaults) {
   const ZooModel& m = GetParam();
+  if (!std::filesystem::exists(TestModel(std::string(m.name) + ".pt"))) {
+    GTEST_SKIP() << m.name << ".pt was not exported: the test Python has no transformers/timm "
+                 << "(scripts/run_tests_torch2.sh runs these)";
+  }
   for (int64_t stages : {2, 4}) {
     TempDir dir;
     CompileOptions options;
@@ -54,6 +61,21 @@ INSTANTIATE_TEST_SUITE_P(
         ZooModel{"tv_lraspp", "2x3x32x32"},              // segmentation: dict output, dict backbone
         ZooModel{"transformer_encoder", "src=2x6x16,src_key_padding_mask=2x6:bool"}),
     [](const ::testing::TestParamInfo<ZooModel>& info) { return std::string(info.param.name); });
+
+// Exported by torch 2.x (transformers traced, timm scripted): only the
+// build against pip's LibTorch loads them (they use scaled_dot_product_attention).
+INSTANTIATE_TEST_SUITE_P(
+    Torch2, Zoo,
+    ::testing::Values(
+        ZooModel{"hf_gpt2", "input_ids=2x16:int64:256"},  // head tied to the token embedding
+        ZooModel{"hf_gpt2", "input_ids=2x16:int64:256,attention_mask=2x16:int64:2", "_padded"},
+        ZooModel{"hf_llama", "input_ids=2x16:int64:256"},  // rotary, grouped-query attention
+        ZooModel{"hf_bert", "input_ids=2x16:int64:256,attention_mask=2x16:int64:2"},
+        ZooModel{"timm_vit", "2x3x32x32"}, ZooModel{"timm_convnext", "2x3x32x32"},
+        ZooModel{"timm_resnet", "2x3x32x32"}),
+    [](const ::testing::TestParamInfo<ZooModel>& info) {
+      return std::string(info.param.name) + info.param.variant;
+    });
 
 }  // namespace
 }  // namespace gpipe
