@@ -13,11 +13,13 @@
 #include <torch/torch.h>
 
 #include "cli/cli_main.h"
+#include "cli/train_on_data.h"
 #include "runtime/memory_tracker.h"
 #include "runtime/peer_group.h"
 #include "runtime/pipeline.h"
 #include "runtime/rank_plan.h"
 #include "runtime/sample_input.h"
+#include "runtime/training_loss.h"
 
 namespace po = boost::program_options;
 
@@ -26,10 +28,12 @@ namespace {
 constexpr int kExitInterrupted = 130;  // 128 + SIGINT, as shells report it
 volatile std::sig_atomic_t interrupted = 0;
 
-at::Tensor Loss(const std::string& kind, const at::Tensor& output, const at::Tensor& target) {
-  if (kind == "mse") return torch::mse_loss(output, target);
-  if (kind == "sum") return output.sum();
-  TORCH_CHECK(false, "unknown --loss '", kind, "'; use mse or sum");
+// Random data: mse against a fixed random target, or the output's sum.
+gpipe::LossOptions RandomDataLoss(const std::string& kind) {
+  gpipe::LossOptions loss = gpipe::ParseLoss(kind);
+  TORCH_CHECK(loss.kind == "mse" || loss.kind == "sum", "--loss ", kind,
+              " needs targets from --data; on random inputs use mse or sum");
+  return loss;
 }
 
 // Test hook for the lost-peer tests: GPIPE_TEST_FAILPOINT=kill:RANK:STEP
@@ -69,11 +73,14 @@ int Main(int argc, char** argv) {
   std::string artifact, sample_input, loss_kind, checkpoint, devices, save, trace, ranks;
   int64_t steps = 10, chunks = 0, seed = 0, threads = 0, threads_per_stage = 0, checkpoint_every = 0;
   int64_t timeout_s = 300;
+  std::string backend;
   double lr = 0.01;
   po::options_description opts(
       "Usage: gpipe-run ART.gpipe --sample-input SHAPE [options]\n"
+      "       gpipe-run ART.gpipe --train --data PATH [options]\n"
       "Runs (or with --train, trains) a pipelined artifact on random data and reports\n"
-      "throughput.\n\nOptions");
+      "throughput; with --data, trains on a data file with evaluation.\n\nOptions");
+  gpipe::DataTrainingCli data_cli;
   opts.add_options()
       ("help,h", "print this help and exit")
       ("artifact", po::value(&artifact), "artifact written by gpipe-compile (positional)")
@@ -81,7 +88,9 @@ int Main(int argc, char** argv) {
       ("train", "train with SGD instead of running inference")
       ("steps", po::value(&steps)->default_value(10), "number of steps")
       ("lr", po::value(&lr)->default_value(0.01), "--train: SGD learning rate")
-      ("loss", po::value(&loss_kind)->default_value("mse"), "--train: mse (against a fixed random target) or sum")
+      ("loss", po::value(&loss_kind)->default_value("mse"),
+       "--train: mse (against a fixed random target) or sum; with --data: cross_entropy (the default there), "
+       "nll, mse, bce_with_logits or model (the model returns its loss)")
       ("chunks", po::value(&chunks)->default_value(0), "micro-batches (0 = as compiled)")
       ("checkpoint", po::value(&checkpoint), "always, except_last or never (default: as compiled)")
       ("devices", po::value(&devices), "one device per stage (default: as compiled)")
@@ -103,21 +112,31 @@ int Main(int argc, char** argv) {
       ("ranks", po::value(&ranks), "--distributed: the rank running each stage, e.g. 0,0,1 (default: "
        "as compiled, else one stage per rank)")
       ("timeout-s", po::value(&timeout_s)->default_value(300),
-       "--distributed: give up on a peer that is silent this long (seconds)");
+       "--distributed: give up on a peer that is silent this long (seconds)")
+      ("backend", po::value(&backend)->default_value("auto"),
+       "--distributed: how GPU tensors travel: auto (NCCL with a CUDA build and a GPU, else Gloo), "
+       "gloo (through host memory) or nccl");
+  po::options_description data_options("Training on data (--train --data PATH)");
+  gpipe::AddDataTrainingOptions(data_options, data_cli);
+  opts.add(data_options);
   po::variables_map vm;
   if (!gpipe::ParseCommandLine(argc, argv, opts, "artifact", vm)) return 0;
   if (artifact.empty()) throw po::error("the artifact file is missing");
-  if (sample_input.empty()) throw po::error("--sample-input is required");
+  const bool with_data = vm.count("data") > 0;
+  if (with_data && !vm.count("train")) throw po::error("--data needs --train");
+  if (with_data && !sample_input.empty()) throw po::error("--data gives the inputs; drop --sample-input");
+  if (sample_input.empty() && !with_data) throw po::error("--sample-input is required (or --train --data PATH)");
   if (steps < 1) throw po::error("--steps must be at least 1");
   if (chunks < 0) throw po::error("--chunks must be at least 1 (or 0 for the compiled value)");
   if (threads > 0) at::set_num_threads(static_cast<int>(threads));
   if (checkpoint_every < 0) throw po::error("--checkpoint-every must be 0 or more");
   if (checkpoint_every > 0 && save.empty()) throw po::error("--checkpoint-every needs --save OUT");
   const bool train = vm.count("train") > 0;
-  if (train) Loss(loss_kind, torch::zeros({1}), torch::zeros({1}));  // reject a bad --loss now
+  if (train && !with_data) RandomDataLoss(loss_kind);  // reject a bad --loss now
   const bool distributed = vm.count("distributed") > 0;
   if (vm.count("ranks") && !distributed) throw po::error("--ranks needs --distributed");
   if (timeout_s < 1) throw po::error("--timeout-s must be at least 1");
+  if (!vm["backend"].defaulted() && !distributed) throw po::error("--backend needs --distributed");
 
   gpipe::PipelineOptions options;
   if (chunks > 0) options.chunks = chunks;
@@ -125,7 +144,7 @@ int Main(int argc, char** argv) {
   options.detect_anomaly = vm.count("detect-anomaly") > 0;
   if (vm.count("checkpoint")) options.checkpoint = gpipe::ParseCheckpointMode(checkpoint);
   if (vm.count("devices")) options.devices = gpipe::SplitList(devices);
-  auto specs = gpipe::ParseInputSpecs(sample_input);
+  auto specs = with_data ? std::vector<gpipe::InputSpec>{} : gpipe::ParseInputSpecs(sample_input);
   const bool report_memory = vm.count("report-memory") > 0;
   if (report_memory) gpipe::MemoryTracker::Enable();  // before any stage allocates
   std::shared_ptr<gpipe::PeerGroup> peers;
@@ -133,6 +152,7 @@ int Main(int argc, char** argv) {
   if (distributed) {
     auto peer_options = gpipe::PeerGroupOptionsFromEnvironment();
     peer_options.timeout = std::chrono::seconds(timeout_s);
+    peer_options.backend = gpipe::ParsePeerBackend(backend);
     peers = std::make_shared<gpipe::PeerGroup>(peer_options);
     rank = peers->rank();
     // Every rank must run the same steps on the same data, or they wait on each other forever.
@@ -154,8 +174,8 @@ int Main(int argc, char** argv) {
   pipe.set_tracing(!trace.empty());
 
   torch::manual_seed(seed);
-  std::vector<c10::IValue> inputs = gpipe::MakeSampleInputs(specs, pipe.signature());
-  int64_t batch = 0;
+  std::vector<c10::IValue> inputs = with_data ? std::vector<c10::IValue>{} : gpipe::MakeSampleInputs(specs, pipe.signature());
+  int64_t batch = with_data ? data_cli.batch_size : 0;
   for (const auto& v : inputs) {
     if (batch == 0 && v.isTensor() && v.toTensor().dim() >= 1) batch = v.toTensor().size(0);
   }
@@ -170,12 +190,38 @@ int Main(int argc, char** argv) {
                 pipe.num_stages(), pipe.holds_outputs() ? " and computes the loss" : "");
   }
 
+  // Ctrl-C ends the current step cleanly, saves (with --save) and exits 130.
+  std::signal(SIGINT, [](int) { interrupted = 1; });
+  if (with_data) {
+    // After each step: a Ctrl-C on any rank stops every rank; periodic checkpoints.
+    auto after_step = [&](int64_t step) {
+      if (peers) {
+        at::Tensor stop = at::full({1}, interrupted ? 1.0 : 0.0, at::kDouble);
+        peers->AllReduceSum(stop, "the end of step " + std::to_string(step));
+        if (stop.item<double>() > 0) interrupted = 1;
+      }
+      if (checkpoint_every > 0 && step % checkpoint_every == 0) {
+        pipe.save(save);
+        if (verbose) std::printf("checkpoint: saved %s after step %lld\n", save.c_str(), static_cast<long long>(step));
+      }
+      return interrupted != 0;
+    };
+    std::optional<int64_t> data_steps;
+    if (!vm["steps"].defaulted()) data_steps = steps;
+    const int64_t done = gpipe::TrainOnData(pipe, data_cli, vm, lr, data_steps, static_cast<uint64_t>(seed), peers,
+                                            verbose, after_step);
+    if (interrupted && verbose) std::printf("interrupted after step %lld\n", static_cast<long long>(done));
+    if (!save.empty() && done > 0) {
+      pipe.save(save);
+      if (verbose) std::printf("saved %s\n", save.c_str());
+    }
+    return interrupted ? kExitInterrupted : 0;
+  }
+  const gpipe::LossOptions loss = RandomDataLoss(loss_kind);
   torch::optim::SGD optimizer(pipe.parameters(), torch::optim::SGDOptions(lr));
   at::Tensor target;
   std::vector<double> rates;
   double first_loss = 0, last_loss = 0;
-  // Ctrl-C ends the current step cleanly, saves (with --save) and exits 130.
-  std::signal(SIGINT, [](int) { interrupted = 1; });
   int64_t done = 0;
   for (int64_t step = 1; step <= steps && !interrupted; ++step) {
     gpipe::MemoryTracker::ResetPeaks();
@@ -185,13 +231,9 @@ int Main(int argc, char** argv) {
     if (train) {
       optimizer.zero_grad();
       loss_value = pipe.train_step(inputs, [&](const std::vector<at::Tensor>& outputs) {
-        at::Tensor out;  // the first floating output (the model may return None or ids first)
-        for (const auto& o : outputs) {
-          if (!out.defined() && o.defined() && at::isFloatingType(o.scalar_type())) out = o;
-        }
-        TORCH_CHECK(out.defined(), "the model returns no floating-point tensor to train against");
+        at::Tensor out = gpipe::LossInput(loss, outputs);  // the first floating output
         if (!target.defined()) target = torch::randn_like(out.detach());
-        return Loss(loss_kind, out, target);
+        return gpipe::ComputeLoss(loss, out, target);
       });
       TORCH_CHECK(std::isfinite(loss_value), "step ", step, ": the loss is ",
                   std::isnan(loss_value) ? "NaN" : (loss_value > 0 ? "+Inf" : "-Inf"),

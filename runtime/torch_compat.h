@@ -20,6 +20,12 @@
 
 namespace gpipe::compat {
 
+// LibTorch's optional in its own virtual signatures (torch::data's
+// Dataset::size): c10::optional in 1.13, std::optional from 2.x (where
+// c10::optional is an alias of it).
+template <class T>
+using TorchOptional = c10::optional<T>;
+
 // An autograd graph node of our own (PipelineBackward): a std::shared_ptr
 // with LibTorch's stack-safe deleteNode up to 2.12; from 2.13 on nodes are
 // c10::intrusive_ptr (Edge::function, set_history and grad_fn all take one).

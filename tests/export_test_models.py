@@ -96,6 +96,25 @@ class FeatureMask(nn.Module):
         return self.b(h)
 
 
+class BranchAroundBlocks(nn.Module):
+    """timm's VisionTransformer: every block inside a branch on two optional arguments."""
+
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.Sequential(*[nn.Sequential(nn.Linear(8, 8), nn.Tanh()) for _ in range(4)])
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x, mask: Optional[torch.Tensor] = None, is_causal: bool = False):
+        if mask is not None or is_causal:
+            for blk in self.blocks:
+                x = blk(x)
+                if mask is not None:
+                    x = x * mask
+        else:
+            x = self.blocks(x)
+        return self.head(x)
+
+
 class NestedOut(nn.Module):
     """Nested tuples and lists with a None and a constant among them."""
 
@@ -169,6 +188,45 @@ def export_zoo_subset(directory: str) -> None:
         torch.jit.script(model.eval()).save(os.path.join(directory, name + ".pt"))
 
 
+def export_torch2_models(directory: str) -> None:
+    """Models people train today, from Hugging Face transformers and timm (small
+    configs, random weights). Only where this Python has both (torch 2.x from
+    scripts/setup_torch2.sh); the C++ tests skip, saying so, when they are absent."""
+    try:
+        import timm  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError:
+        print("no transformers/timm in this Python: skipping the hf_* and timm_* test models")
+        return
+    from export_timm import export as export_timm
+    from export_transformers import export as export_transformers
+
+    export_transformers("gpt2", os.path.join(directory, "hf_gpt2.pt"))  # head tied to the embedding
+    export_transformers("llama", os.path.join(directory, "hf_llama.pt"))  # untied head, GQA, rotary
+    export_transformers("bert", os.path.join(directory, "hf_bert.pt"))
+    export_timm("vit_small_patch16_224", os.path.join(directory, "timm_vit.pt"), img_size=32, patch_size=8,
+                depth=4, embed_dim=64, num_heads=2)
+    export_timm("convnext_atto", os.path.join(directory, "timm_convnext.pt"))
+    export_timm("resnet18", os.path.join(directory, "timm_resnet.pt"))
+
+
+def export_data(directory: str) -> None:
+    """Data files for the training tests: 50 examples of 100 features with 10
+    classes (for big_first.pt) as .npy files and as a torch.save'd .pt, and a
+    uint16 token stream over a vocabulary of 50 (for gpt.pt)."""
+    import numpy as np
+
+    g = torch.Generator().manual_seed(0)
+    inputs = torch.randn(50, 100, generator=g)
+    targets = torch.randint(0, 10, (50,), generator=g)
+    os.makedirs(os.path.join(directory, "data_cls"), exist_ok=True)
+    np.save(os.path.join(directory, "data_cls", "inputs.npy"), inputs.numpy())
+    np.save(os.path.join(directory, "data_cls", "targets.npy"), targets.numpy())
+    torch.save({"inputs": inputs, "targets": targets}, os.path.join(directory, "data_cls.pt"))
+    tokens = torch.randint(0, 50, (1000,), generator=g).numpy().astype(np.uint16)
+    tokens.tofile(os.path.join(directory, "tokens.bin"))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--dir", required=True)
@@ -194,9 +252,12 @@ def main() -> None:
         os.path.join(args.dir, "gpt.pt"))
     torch.jit.script(OptionalArgs()).save(os.path.join(args.dir, "optional_args.pt"))
     torch.jit.script(NestedOut()).save(os.path.join(args.dir, "nested_out.pt"))
+    torch.jit.script(BranchAroundBlocks()).save(os.path.join(args.dir, "branch_args.pt"))
     torch.jit.script(FeatureMask()).save(os.path.join(args.dir, "feature_mask.pt"))
     torch.jit.script(dense_concat()).save(os.path.join(args.dir, "dense_concat.pt"))
     export_zoo_subset(args.dir)
+    export_torch2_models(args.dir)
+    export_data(args.dir)
     import torchvision
     torch.jit.script(torchvision.models.resnet50(weights=None, num_classes=10)).save(
         os.path.join(args.dir, "resnet50.pt"))

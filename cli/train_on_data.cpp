@@ -1,0 +1,130 @@
+#include "cli/train_on_data.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include "runtime/trainer.h"
+
+namespace po = boost::program_options;
+
+namespace gpipe {
+
+void AddDataTrainingOptions(po::options_description& options, DataTrainingCli& cli) {
+  options.add_options()
+      ("data", po::value(&cli.data),
+       "--train on this data: a directory of inputs.npy + targets.npy (memory-mapped; inputs_0.npy, "
+       "inputs_1.npy, ... for several inputs), a .pt file of torch.save({\"inputs\": X, \"targets\": Y}), "
+       "or a .bin token file with --seq-len")
+      ("batch-size", po::value(&cli.batch_size)->default_value(32), "--data: examples per mini-batch")
+      ("epochs", po::value(&cli.epochs)->default_value(1), "--data: passes over the data (unless --steps)")
+      ("seq-len", po::value(&cli.seq_len), "--data FILE.bin: tokens per example")
+      ("token-dtype", po::value(&cli.token_dtype)->default_value("uint16"), "--data FILE.bin: uint16 or uint32")
+      ("eval-fraction", po::value(&cli.eval_fraction)->default_value(0),
+       "--data: hold out this last fraction of the data for evaluation (never trained on)")
+      ("eval-data", po::value(&cli.eval_data), "--data: evaluate on this data instead")
+      ("eval-every", po::value(&cli.eval_every)->default_value(0), "--data: evaluate every K steps (and at the end)")
+      ("ignore-index", po::value(&cli.ignore_index)->default_value(-100),
+       "--loss cross_entropy/nll: targets of this value count for nothing")
+      ("optimizer", po::value(&cli.optimizer)->default_value("sgd"), "--data: sgd, adam or adamw")
+      ("momentum", po::value(&cli.momentum)->default_value(0), "--optimizer sgd: momentum")
+      ("nesterov", "--optimizer sgd: Nesterov momentum")
+      ("beta1", po::value(&cli.beta1)->default_value(0.9), "--optimizer adam/adamw")
+      ("beta2", po::value(&cli.beta2)->default_value(0.999), "--optimizer adam/adamw")
+      ("weight-decay", po::value(&cli.weight_decay), "--data: weight decay (default 0; 0.01 for adamw)")
+      ("lr-schedule", po::value(&cli.lr_schedule)->default_value("constant"), "--data: constant, cosine or linear")
+      ("warmup-steps", po::value(&cli.warmup_steps)->default_value(0), "--data: linear warm-up from 0 over K steps")
+      ("clip-grad-norm", po::value(&cli.clip_grad_norm), "--data: clip the global gradient norm to this")
+      ("grad-accum", po::value(&cli.grad_accum)->default_value(1), "--data: mini-batches per optimizer step")
+      ("no-shuffle", "--data: read the data in file order");
+}
+
+namespace {
+
+std::shared_ptr<const DataSource> Open(const std::string& path, const DataTrainingCli& cli,
+                                       const po::variables_map& vm) {
+  DataOptions options;
+  if (vm.count("seq-len")) options.seq_len = cli.seq_len;
+  TORCH_CHECK(cli.token_dtype == "uint16" || cli.token_dtype == "uint32", "--token-dtype '", cli.token_dtype,
+              "': use uint16 or uint32");
+  options.token_bits = cli.token_dtype == "uint16" ? 16 : 32;
+  return OpenDataSource(path, options);
+}
+
+std::string Percent(double x) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f%%", 100 * x);
+  return text;
+}
+
+}  // namespace
+
+int64_t TrainOnData(Pipeline& pipe, const DataTrainingCli& cli, const po::variables_map& vm, double lr,
+                    std::optional<int64_t> steps, uint64_t seed, std::shared_ptr<PeerGroup> peers, bool verbose,
+                    const std::function<bool(int64_t)>& after_step) {
+  TORCH_CHECK(cli.eval_fraction >= 0 && cli.eval_fraction < 1, "--eval-fraction ", cli.eval_fraction,
+              " must be in [0, 1)");
+  TORCH_CHECK(cli.eval_fraction == 0 || cli.eval_data.empty(), "give --eval-fraction or --eval-data, not both");
+  auto all = Open(cli.data, cli, vm);
+  std::shared_ptr<const DataSource> train = all, eval;
+  if (cli.eval_fraction > 0) {
+    const auto held_out = static_cast<int64_t>(std::ceil(cli.eval_fraction * static_cast<double>(all->size())));
+    TORCH_CHECK(held_out < all->size(), "--eval-fraction ", cli.eval_fraction, " of ", all->size(),
+                " examples leaves none to train on");
+    train = SliceDataSource(all, 0, all->size() - held_out);
+    eval = SliceDataSource(all, all->size() - held_out, all->size());
+  } else if (!cli.eval_data.empty()) {
+    eval = Open(cli.eval_data, cli, vm);
+  }
+  TrainerOptions options;
+  options.batch_size = cli.batch_size;
+  options.epochs = cli.epochs;
+  options.steps = steps;
+  options.seed = seed;
+  options.shuffle = vm.count("no-shuffle") == 0;
+  options.grad_accum = cli.grad_accum;
+  if (vm.count("clip-grad-norm")) options.clip_grad_norm = cli.clip_grad_norm;
+  options.eval_every = cli.eval_every;
+  options.loss = ParseLoss(vm["loss"].defaulted() ? "cross_entropy" : vm["loss"].as<std::string>(), cli.ignore_index);
+  options.optimizer.name = cli.optimizer;
+  options.optimizer.lr = lr;
+  options.optimizer.momentum = cli.momentum;
+  options.optimizer.nesterov = vm.count("nesterov") > 0;
+  options.optimizer.beta1 = cli.beta1;
+  options.optimizer.beta2 = cli.beta2;
+  if (vm.count("weight-decay")) options.optimizer.weight_decay = cli.weight_decay;
+  options.schedule = ParseLrSchedule(cli.lr_schedule, cli.warmup_steps);
+  options.peers = std::move(peers);
+  TORCH_CHECK(!LossNeedsTargets(options.loss) || train->Get({0}).targets.defined(), "--loss ",
+              options.loss.kind, " needs targets, and '", cli.data,
+              "' has none (targets.npy, or \"targets\" in the .pt file)");
+  Trainer trainer(pipe, train, eval, options);
+  if (verbose) {
+    std::printf("data %s: %s\n", cli.data.c_str(), all->Describe().c_str());
+    std::printf("training on %lld examples%s: batch %lld, %lld batches per epoch, %lld steps, %s, loss %s\n",
+                static_cast<long long>(train->size()),
+                eval ? (", evaluating on " + std::to_string(eval->size())).c_str() : "",
+                static_cast<long long>(cli.batch_size), static_cast<long long>(trainer.batches_per_epoch()),
+                static_cast<long long>(trainer.total_steps()), cli.optimizer.c_str(), options.loss.kind.c_str());
+  }
+  auto on_step = [&](const StepReport& r) {
+    if (!verbose) return;
+    std::printf("step %lld/%lld  epoch %lld  loss %.6f  lr %.3g%s  %.1f samples/s\n", static_cast<long long>(r.step),
+                static_cast<long long>(r.total), static_cast<long long>(r.epoch), r.loss, r.lr,
+                r.grad_norm ? ("  grad norm " + std::to_string(*r.grad_norm)).c_str() : "",
+                static_cast<double>(r.examples) / r.seconds);
+    std::fflush(stdout);
+  };
+  auto on_eval = [&](const EvalReport& r) {
+    if (!verbose) return;
+    std::string extra;
+    if (r.accuracy) extra += "  accuracy " + Percent(*r.accuracy);
+    if (r.perplexity) extra += "  perplexity " + std::to_string(*r.perplexity);
+    std::printf("eval after step %lld: loss %.6f%s (%lld examples)\n", static_cast<long long>(r.step), r.loss,
+                extra.c_str(), static_cast<long long>(r.examples));
+    std::fflush(stdout);
+  };
+  int64_t done = 0;
+  return trainer.Run(on_step, on_eval, [&] { return after_step(++done); });
+}
+
+}  // namespace gpipe

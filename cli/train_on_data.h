@@ -1,0 +1,33 @@
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <boost/program_options.hpp>
+
+#include "runtime/pipeline.h"
+
+namespace gpipe {
+
+class PeerGroup;
+
+// gpipe-run --train --data PATH: the options of training on a data file
+// (data, loss, optimizer, schedule, evaluation) and the loop that runs them
+// (runtime/trainer.h), printing a line per step and per evaluation.
+struct DataTrainingCli {
+  std::string data, eval_data, optimizer, lr_schedule, token_dtype;  // --loss is gpipe-run's own option
+  int64_t batch_size = 32, epochs = 1, seq_len = 0, grad_accum = 1, warmup_steps = 0, eval_every = 0;
+  int64_t ignore_index = -100;
+  double eval_fraction = 0, momentum = 0, beta1 = 0.9, beta2 = 0.999, weight_decay = -1, clip_grad_norm = 0;
+};
+
+void AddDataTrainingOptions(boost::program_options::options_description& options, DataTrainingCli& cli);
+
+// Trains `pipe`; `steps` is --steps when given. `after_step(step)` runs after
+// every step (checkpoints) and returns true to stop (Ctrl-C). Returns the steps done.
+int64_t TrainOnData(Pipeline& pipe, const DataTrainingCli& cli, const boost::program_options::variables_map& vm,
+                    double lr, std::optional<int64_t> steps, uint64_t seed, std::shared_ptr<PeerGroup> peers,
+                    bool verbose, const std::function<bool(int64_t)>& after_step);
+
+}  // namespace gpipe

@@ -1,0 +1,181 @@
+#include "runtime/trainer.h"
+
+#include <chrono>
+#include <cmath>
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/data/dataloader.h>
+#include <torch/data/samplers/sequential.h>
+
+#include "runtime/peer_group.h"
+
+namespace gpipe {
+namespace {
+
+std::vector<c10::IValue> AsArguments(const DataBatch& batch) {
+  return std::vector<c10::IValue>(batch.inputs.begin(), batch.inputs.end());
+}
+
+// An epoch's last batch may have fewer examples than the pipeline has
+// micro-batches: it runs with one example per micro-batch.
+class ChunksForBatch {
+ public:
+  ChunksForBatch(Pipeline& pipe, const DataBatch& batch) : pipe_(pipe), chunks_(pipe.chunks()) {
+    const int64_t rows = batch.inputs.at(0).dim() > 0 ? batch.inputs.at(0).size(0) : chunks_;
+    if (rows < chunks_) pipe_.set_chunks(rows);
+  }
+  ~ChunksForBatch() { pipe_.set_chunks(chunks_); }
+
+ private:
+  Pipeline& pipe_;
+  int64_t chunks_;
+};
+
+// torch::data's loader over one pass of `order`, reading one batch ahead.
+auto MakeLoader(std::shared_ptr<const DataSource> source, std::vector<int64_t> order, int64_t batch_size) {
+  const size_t n = order.size();
+  return torch::data::make_data_loader(DataSourceDataset(std::move(source), std::move(order)),
+                                       torch::data::samplers::SequentialSampler(n),
+                                       torch::data::DataLoaderOptions(static_cast<size_t>(batch_size)).workers(1));
+}
+
+}  // namespace
+
+Trainer::Trainer(Pipeline& pipe, std::shared_ptr<const DataSource> train, std::shared_ptr<const DataSource> eval,
+                 TrainerOptions options)
+    : pipe_(pipe), train_(std::move(train)), eval_(std::move(eval)), options_(std::move(options)) {
+  TORCH_CHECK(options_.batch_size >= 1, "--batch-size must be at least 1");
+  TORCH_CHECK(options_.grad_accum >= 1, "--grad-accum must be at least 1");
+  TORCH_CHECK(options_.epochs >= 1, "--epochs must be at least 1");
+  TORCH_CHECK(!options_.steps || *options_.steps >= 1, "--steps must be at least 1");
+  TORCH_CHECK(options_.eval_every >= 0, "--eval-every must not be negative");
+  TORCH_CHECK(!options_.clip_grad_norm || *options_.clip_grad_norm > 0, "--clip-grad-norm must be positive");
+  TORCH_CHECK(train_->size() >= 1, "the training data has no examples");
+  TORCH_CHECK(options_.batch_size >= pipe_.chunks(), "--batch-size ", options_.batch_size, " is smaller than the ",
+              pipe_.chunks(), " micro-batches of the pipeline; use --batch-size ", pipe_.chunks(),
+              " or more, or --chunks ", options_.batch_size);
+  optimizer_ = MakeOptimizer(pipe_.parameters(), options_.optimizer);
+  const int64_t steps_per_epoch = (batches_per_epoch() + options_.grad_accum - 1) / options_.grad_accum;
+  total_steps_ = options_.steps ? *options_.steps : options_.epochs * steps_per_epoch;
+}
+
+int64_t Trainer::batches_per_epoch() const { return (train_->size() + options_.batch_size - 1) / options_.batch_size; }
+
+std::vector<int64_t> Trainer::EpochOrder(int64_t epoch) const {
+  const int64_t n = train_->size();
+  if (!options_.shuffle) {
+    at::Tensor order = at::arange(n, at::kLong);
+    return std::vector<int64_t>(order.data_ptr<int64_t>(), order.data_ptr<int64_t>() + n);
+  }
+  // Its own generator: the order depends on the seed and the epoch only,
+  // not on how many random numbers the model drew (dropout).
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(options_.seed + static_cast<uint64_t>(epoch));
+  at::Tensor order = at::randperm(n, generator, at::kLong);
+  return std::vector<int64_t>(order.data_ptr<int64_t>(), order.data_ptr<int64_t>() + n);
+}
+
+// torch.nn.utils.clip_grad_norm_'s rule over the gradients of every stage
+// and, with several processes, every rank (each holds only its stages'
+// parameters, so the squares are summed across ranks first).
+std::optional<double> Trainer::ClipGradients() {
+  if (!options_.clip_grad_norm) return std::nullopt;
+  at::Tensor squares = at::zeros({1}, at::kDouble);
+  std::vector<at::Tensor> grads;
+  for (const auto& p : pipe_.parameters()) {
+    if (!p.grad().defined()) continue;
+    grads.push_back(p.grad());
+    squares += p.grad().detach().to(at::kDouble).pow(2).sum().cpu();
+  }
+  if (options_.peers) options_.peers->AllReduceSum(squares, "the gradient norm for --clip-grad-norm");
+  const double norm = std::sqrt(squares.item<double>());
+  const double coefficient = *options_.clip_grad_norm / (norm + 1e-6);
+  if (coefficient < 1) {
+    at::NoGradGuard no_grad;
+    for (auto& g : grads) g.mul_(coefficient);
+  }
+  return norm;
+}
+
+int64_t Trainer::Run(const std::function<void(const StepReport&)>& on_step,
+                     const std::function<void(const EvalReport&)>& on_eval, const std::function<bool()>& stop) {
+  pipe_.train();
+  int64_t step = 0;
+  StepReport report;
+  int64_t in_group = 0;  // mini-batches accumulated into the coming step
+  auto start = std::chrono::steady_clock::now();
+  // One optimizer step over the accumulated mini-batches; true when training is over.
+  auto finish_step = [&](int64_t epoch) {
+    if (in_group < options_.grad_accum) {  // an epoch's last, partial group: its mean, not a smaller sum
+      at::NoGradGuard no_grad;
+      const double rescale = static_cast<double>(options_.grad_accum) / static_cast<double>(in_group);
+      for (auto& p : pipe_.parameters()) {
+        if (p.grad().defined()) p.mutable_grad().mul_(rescale);
+      }
+      report.loss *= rescale;
+    }
+    in_group = 0;
+    report.step = ++step;
+    report.total = total_steps_;
+    report.epoch = epoch + 1;
+    report.lr = LearningRateAt(options_.schedule, options_.optimizer.lr, step, total_steps_);
+    report.grad_norm = ClipGradients();
+    SetLearningRate(*optimizer_, report.lr);
+    optimizer_->step();
+    report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    on_step(report);
+    const bool last = step == total_steps_;
+    if (eval_ && (last || (options_.eval_every > 0 && step % options_.eval_every == 0))) on_eval(Evaluate(step));
+    return last || stop();
+  };
+  for (int64_t epoch = 0; step < total_steps_; ++epoch) {
+    auto loader = MakeLoader(train_, EpochOrder(epoch), options_.batch_size);
+    for (DataBatch& batch : *loader) {
+      if (in_group == 0) {
+        optimizer_->zero_grad();
+        report = StepReport{};
+        start = std::chrono::steady_clock::now();
+      }
+      const double scale = 1.0 / static_cast<double>(options_.grad_accum);
+      ChunksForBatch chunks(pipe_, batch);
+      double loss = pipe_.train_step(AsArguments(batch), [&](const std::vector<at::Tensor>& outputs) {
+        return ComputeLoss(options_.loss, LossInput(options_.loss, outputs), batch.targets) * scale;
+      });
+      TORCH_CHECK(std::isfinite(loss), "step ", step + 1, ": the loss is ", loss,
+                  "; the weights were not updated. Lower --lr, clip with --clip-grad-norm, or find the first "
+                  "stage and micro-batch producing NaN/Inf with --detect-anomaly");
+      report.loss += loss;
+      report.examples += batch.inputs.at(0).size(0);
+      if (++in_group == options_.grad_accum && finish_step(epoch)) return step;
+    }
+    if (in_group > 0 && finish_step(epoch)) return step;
+  }
+  return step;
+}
+
+EvalReport Trainer::Evaluate(int64_t step) {
+  TORCH_CHECK(eval_, "there is no evaluation data; give --eval-fraction or --eval-data");
+  const bool was_training = pipe_.is_training();
+  pipe_.eval();
+  at::NoGradGuard no_grad;
+  EvalTotals totals;
+  std::vector<int64_t> order(static_cast<size_t>(eval_->size()));
+  for (size_t k = 0; k < order.size(); ++k) order[k] = static_cast<int64_t>(k);
+  auto loader = MakeLoader(eval_, order, options_.batch_size);
+  EvalReport report;
+  report.step = step;
+  for (DataBatch& batch : *loader) {
+    ChunksForBatch chunks(pipe_, batch);
+    std::vector<at::Tensor> outputs = pipe_.forward(AsArguments(batch));
+    report.examples += batch.inputs.at(0).size(0);
+    if (outputs.empty()) continue;  // another rank holds the outputs
+    AccumulateEval(options_.loss, LossInput(options_.loss, outputs), batch.targets, totals);
+  }
+  pipe_.train(was_training);
+  report.loss = totals.weight > 0 ? totals.loss_sum / totals.weight : 0;
+  if (totals.classified > 0) report.accuracy = static_cast<double>(totals.correct) / static_cast<double>(totals.classified);
+  if (totals.language_model) report.perplexity = std::exp(report.loss);
+  return report;
+}
+
+}  // namespace gpipe

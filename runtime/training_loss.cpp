@@ -1,0 +1,94 @@
+#include "runtime/training_loss.h"
+
+#include <sstream>
+
+#include <ATen/ATen.h>
+
+namespace gpipe {
+namespace {
+
+const char* const kLossNames = "cross_entropy, nll, mse, bce_with_logits, model or sum";
+
+std::string Shape(const at::Tensor& t) {
+  std::ostringstream text;
+  text << t.sizes();
+  return text.str();
+}
+
+bool ClassLoss(const LossOptions& loss) { return loss.kind == "cross_entropy" || loss.kind == "nll"; }
+
+// Class losses take [N, C] against [N]: a language model's [B, L, V]
+// against [B, L] flattens its positions into the batch.
+std::pair<at::Tensor, at::Tensor> AsClassProblem(const LossOptions& loss, const at::Tensor& output,
+                                                 const at::Tensor& targets) {
+  TORCH_CHECK(!at::isFloatingType(targets.scalar_type()),
+              "--loss ", loss.kind, " takes class indices as targets, but the targets are ",
+              targets.scalar_type(), "; store integer classes (or use --loss mse / bce_with_logits)");
+  TORCH_CHECK(output.dim() >= 2 && targets.dim() == output.dim() - 1 &&
+                  output.sizes().slice(0, output.dim() - 1) == targets.sizes(),
+              "--loss ", loss.kind, " needs an output [N, C] against targets [N] (or [B, L, V] against [B, L]), "
+              "but the model's output is ", Shape(output), " and the targets are ", Shape(targets),
+              "; check the data's targets or choose another --loss");
+  const int64_t classes = output.size(-1);
+  return {output.reshape({-1, classes}), targets.reshape({-1}).to(at::kLong)};
+}
+
+}  // namespace
+
+LossOptions ParseLoss(const std::string& kind, int64_t ignore_index) {
+  for (const char* name : {"cross_entropy", "nll", "mse", "bce_with_logits", "model", "sum"}) {
+    if (kind == name) return LossOptions{kind, ignore_index};
+  }
+  TORCH_CHECK(false, "unknown --loss '", kind, "'; use ", kLossNames);
+}
+
+bool LossNeedsTargets(const LossOptions& loss) { return loss.kind != "model" && loss.kind != "sum"; }
+
+at::Tensor LossInput(const LossOptions& loss, const std::vector<at::Tensor>& outputs) {
+  for (const auto& o : outputs) {
+    if (!o.defined() || !at::isFloatingType(o.scalar_type())) continue;
+    if (loss.kind != "model" || o.dim() == 0) return o;
+  }
+  TORCH_CHECK(loss.kind != "model", "--loss model needs the model to return its loss (a 0-dim tensor), and it "
+              "returns none; give the model its labels so that it computes one, or choose --loss ", kLossNames);
+  TORCH_CHECK(false, "the model returns no floating-point tensor to compute the loss from");
+}
+
+at::Tensor ComputeLoss(const LossOptions& loss, const at::Tensor& output, const at::Tensor& targets) {
+  if (loss.kind == "model") return output;
+  if (loss.kind == "sum") return output.sum();
+  TORCH_CHECK(targets.defined(), "--loss ", loss.kind, " needs targets, and the data has none");
+  if (ClassLoss(loss)) {
+    auto [logits, classes] = AsClassProblem(loss, output, targets);
+    return loss.kind == "cross_entropy" ? at::cross_entropy_loss(logits, classes, {}, at::Reduction::Mean, loss.ignore_index)
+                                        : at::nll_loss(logits, classes, {}, at::Reduction::Mean, loss.ignore_index);
+  }
+  TORCH_CHECK(output.sizes() == targets.sizes(), "--loss ", loss.kind, " compares the output with targets of its "
+              "shape, but the model's output is ", Shape(output), " and the targets are ", Shape(targets),
+              "; check the data's targets or choose another --loss");
+  at::Tensor want = targets.to(output.scalar_type());
+  if (loss.kind == "mse") return at::mse_loss(output, want);
+  return at::binary_cross_entropy_with_logits(output, want);
+}
+
+void AccumulateEval(const LossOptions& loss, const at::Tensor& output, const at::Tensor& targets, EvalTotals& totals) {
+  at::Tensor value = ComputeLoss(loss, output, targets);
+  if (!ClassLoss(loss)) {
+    const double n = output.dim() == 0 ? 1.0 : static_cast<double>(output.size(0));
+    totals.loss_sum += value.item<double>() * n;
+    totals.weight += n;
+    return;
+  }
+  auto [logits, classes] = AsClassProblem(loss, output, targets);
+  at::Tensor counted = classes.ne(loss.ignore_index);
+  const double n = counted.sum().item<double>();
+  totals.loss_sum += n > 0 ? value.item<double>() * n : 0.0;
+  totals.weight += n;
+  totals.language_model = output.dim() >= 3;
+  if (!totals.language_model) {
+    totals.correct += logits.argmax(1).eq(classes).logical_and(counted).sum().item<int64_t>();
+    totals.classified += static_cast<int64_t>(n);
+  }
+}
+
+}  // namespace gpipe

@@ -1,0 +1,182 @@
+// Training on data files: the pipeline trained by the Trainer ends with the
+// weights of the original model trained by the plain LibTorch loop a user
+// would write, and gpipe-run --train --data reports what a user needs.
+
+#include <gtest/gtest.h>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/nn/utils/clip_grad.h>
+#include <torch/script.h>
+
+#include "compiler/compile.h"
+#include "runtime/optimizer_setup.h"
+#include "runtime/trainer.h"
+#include "tests/e2e/pipeline_harness.h"
+#include "tests/test_util.h"
+
+namespace gpipe {
+namespace {
+
+using testing::ErrorOf;
+using testing::Options;
+using testing::RunCli;
+using testing::TempDir;
+using testing::TestModel;
+
+#define EXPECT_OUTPUT_HAS(result, text) \
+  EXPECT_NE((result).output.find(text), std::string::npos) << (result).output
+
+// The loop as a LibTorch user writes it for the unsplit model: the epoch's
+// order from its own generator, cross-entropy, accumulation over `accum`
+// batches (an epoch's last, partial group averaged over what it has),
+// torch::nn::utils::clip_grad_norm_, the schedule, Adam.
+void TrainOriginal(torch::jit::Module& model, const DataSource& data, const TrainerOptions& o, int64_t epochs) {
+  std::vector<at::Tensor> params;
+  for (const auto& p : model.parameters()) params.push_back(p);
+  auto optimizer = MakeOptimizer(params, o.optimizer);
+  const int64_t n = data.size();
+  const int64_t batches = (n + o.batch_size - 1) / o.batch_size;
+  const int64_t total = epochs * ((batches + o.grad_accum - 1) / o.grad_accum);
+  int64_t step = 0;
+  for (int64_t epoch = 0; epoch < epochs; ++epoch) {
+    auto generator = at::make_generator<at::CPUGeneratorImpl>(o.seed + static_cast<uint64_t>(epoch));
+    at::Tensor order = at::randperm(n, generator, at::kLong);
+    for (int64_t first = 0; first < batches; first += o.grad_accum) {
+      optimizer->zero_grad();
+      const int64_t group = std::min(o.grad_accum, batches - first);
+      for (int64_t b = first; b < first + group; ++b) {
+        at::Tensor rows = order.narrow(0, b * o.batch_size, std::min(o.batch_size, n - b * o.batch_size));
+        DataBatch batch = data.Get(std::vector<int64_t>(rows.data_ptr<int64_t>(), rows.data_ptr<int64_t>() + rows.numel()));
+        at::Tensor logits = model.forward({batch.inputs[0]}).toTensor();
+        (at::cross_entropy_loss(logits, batch.targets) / static_cast<double>(group)).backward();
+      }
+      torch::nn::utils::clip_grad_norm_(params, *o.clip_grad_norm);
+      SetLearningRate(*optimizer, LearningRateAt(o.schedule, o.optimizer.lr, ++step, total));
+      optimizer->step();
+    }
+  }
+}
+
+TEST(Training, TrainerEndsWithTheWeightsOfThePlainLoopOnTheOriginal) {
+  TempDir dir;
+  CompileModel(TestModel("big_first.pt"), dir.path("m.gpipe"), Options(2, 4));
+  Pipeline pipe = Pipeline::load(dir.path("m.gpipe"));
+  auto all = OpenDataSource(TestModel("data_cls"));
+  auto train = SliceDataSource(all, 0, 40);
+  TrainerOptions options;
+  options.batch_size = 12;  // 12, 12, 12 and an uneven 4
+  options.epochs = 2;
+  options.seed = 5;
+  options.grad_accum = 3;   // steps of 3 batches and of the last 1
+  options.clip_grad_norm = 0.5;
+  options.loss = ParseLoss("cross_entropy");
+  options.optimizer.name = "adam";
+  options.optimizer.lr = 0.01;
+  options.schedule = ParseLrSchedule("cosine", 1);
+  Trainer trainer(pipe, train, SliceDataSource(all, 40, 50), options);
+  EXPECT_EQ(trainer.total_steps(), 4);
+  std::vector<StepReport> steps;
+  std::vector<EvalReport> evals;
+  EXPECT_EQ(trainer.Run([&](const StepReport& r) { steps.push_back(r); },
+                        [&](const EvalReport& r) { evals.push_back(r); }, [] { return false; }),
+            4);
+  ASSERT_EQ(steps.size(), 4u);
+  EXPECT_EQ(steps[0].lr, 0.0);  // warm-up from 0, as Hugging Face's schedules
+  EXPECT_EQ(steps[1].examples, 4);
+  EXPECT_TRUE(steps[0].grad_norm.has_value());
+  ASSERT_EQ(evals.size(), 1u);  // at the end
+  EXPECT_EQ(evals[0].examples, 10);
+  ASSERT_TRUE(evals[0].accuracy.has_value());
+
+  auto original = torch::jit::load(TestModel("big_first.pt"));
+  original.train();
+  TrainOriginal(original, *train, options, 2);
+  std::map<std::string, at::Tensor> want;
+  for (const auto& p : original.named_parameters()) want[p.name] = p.value;
+  for (const auto& [name, p] : pipe.named_parameters()) {
+    EXPECT_LE(testing::MaxAbsDiff(p, want.at(name)), 1e-5) << name;
+  }
+  // Evaluation: the mean loss and accuracy of the held-out examples, in eval mode.
+  original.eval();
+  DataBatch held_out = all->Get({40, 41, 42, 43, 44, 45, 46, 47, 48, 49});
+  at::Tensor logits = original.forward({held_out.inputs[0]}).toTensor();
+  EvalReport eval = trainer.Evaluate(4);
+  EXPECT_NEAR(eval.loss, at::cross_entropy_loss(logits, held_out.targets).item<double>(), 1e-5);
+  EXPECT_DOUBLE_EQ(*eval.accuracy, logits.argmax(1).eq(held_out.targets).sum().item<double>() / 10);
+}
+
+TEST(Training, LearningRateSchedulesMatchTheirDefinitions) {
+  // Warm-up over 2 of 6 steps, then decay over the other 4, from base 1.
+  std::vector<double> cosine, linear, constant;
+  for (int64_t step = 1; step <= 6; ++step) {
+    cosine.push_back(LearningRateAt(ParseLrSchedule("cosine", 2), 1.0, step, 6));
+    linear.push_back(LearningRateAt(ParseLrSchedule("linear", 2), 1.0, step, 6));
+    constant.push_back(LearningRateAt(ParseLrSchedule("constant", 2), 1.0, step, 6));
+  }
+  EXPECT_EQ(linear, (std::vector<double>{0, 0.5, 1, 0.75, 0.5, 0.25}));
+  EXPECT_EQ(constant, (std::vector<double>{0, 0.5, 1, 1, 1, 1}));
+  const std::vector<double> want{0, 0.5, 1, 0.5 * (1 + std::cos(M_PI / 4)), 0.5, 0.5 * (1 + std::cos(3 * M_PI / 4))};
+  for (size_t k = 0; k < want.size(); ++k) EXPECT_NEAR(cosine[k], want[k], 1e-12) << k;
+  EXPECT_EQ(ErrorOf([] { ParseLrSchedule("step", 0); }), "unknown --lr-schedule 'step'; use constant, cosine or linear");
+}
+
+TEST(Training, GpipeRunTrainsAClassifierAndALanguageModelOnFiles) {
+  TempDir dir;
+  auto compiled = RunCli("gpipe-compile", TestModel("big_first.pt") + " -o " + dir.path("c.gpipe") + " --stages 2 --chunks 2");
+  ASSERT_EQ(compiled.exit_code, 0) << compiled.output;
+  auto run = RunCli("gpipe-run", dir.path("c.gpipe") + " --train --data " + TestModel("data_cls") +
+                                     " --eval-fraction 0.2 --batch-size 16 --epochs 2 --optimizer adamw --lr 0.01"
+                                     " --lr-schedule linear --warmup-steps 1 --clip-grad-norm 1 --eval-every 3"
+                                     " --save " + dir.path("trained.gpipe"));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_OUTPUT_HAS(run, "data " + TestModel("data_cls") + ": 50 examples; inputs [100] float32; targets [] int64\n");
+  EXPECT_OUTPUT_HAS(run, "training on 40 examples, evaluating on 10: batch 16, 3 batches per epoch, 6 steps, adamw, "
+                         "loss cross_entropy\n");
+  EXPECT_OUTPUT_HAS(run, "step 6/6  epoch 2  loss ");
+  EXPECT_OUTPUT_HAS(run, "eval after step 3: loss ");
+  EXPECT_OUTPUT_HAS(run, "eval after step 6: loss ");
+  EXPECT_OUTPUT_HAS(run, "accuracy ");
+  EXPECT_OUTPUT_HAS(run, "saved " + dir.path("trained.gpipe"));
+
+  compiled = RunCli("gpipe-compile", TestModel("gpt.pt") + " -o " + dir.path("g.gpipe") + " --stages 2 --chunks 2");
+  ASSERT_EQ(compiled.exit_code, 0) << compiled.output;
+  auto lm = RunCli("gpipe-run", dir.path("g.gpipe") + " --train --data " + TestModel("tokens.bin") +
+                                    " --seq-len 16 --eval-data " + TestModel("tokens.bin") +
+                                    " --batch-size 8 --steps 3 --optimizer adam --lr 0.001");
+  ASSERT_EQ(lm.exit_code, 0) << lm.output;
+  EXPECT_OUTPUT_HAS(lm, "62 windows of 16 tokens (1000 tokens)");
+  EXPECT_OUTPUT_HAS(lm, "step 3/3  epoch 1  loss ");
+  EXPECT_OUTPUT_HAS(lm, "eval after step 3: loss ");
+  EXPECT_OUTPUT_HAS(lm, "perplexity ");
+}
+
+TEST(Training, BadDataOptionsAreOneLineErrors) {
+  TempDir dir;
+  auto compiled = RunCli("gpipe-compile", TestModel("big_first.pt") + " -o " + dir.path("c.gpipe") + " --stages 2 --chunks 2");
+  ASSERT_EQ(compiled.exit_code, 0) << compiled.output;
+  const std::string art = dir.path("c.gpipe");
+  auto error_of = [&](const std::string& args) {
+    auto r = RunCli("gpipe-run", art + " " + args);
+    EXPECT_NE(r.exit_code, 0) << r.output;
+    size_t start = r.output.rfind('\n', r.output.size() - 2);  // the last line: after the artifact's summary
+    return start == std::string::npos ? r.output : r.output.substr(start + 1);
+  };
+  EXPECT_EQ(error_of("--data " + TestModel("data_cls")), "gpipe-run: --data needs --train; see gpipe-run --help\n");
+  EXPECT_EQ(error_of("--train --data " + TestModel("data_cls") + " --batch-size 1"),
+            "gpipe-run: error: --batch-size 1 is smaller than the 2 micro-batches of the pipeline; use --batch-size "
+            "2 or more, or --chunks 1\n");
+  EXPECT_EQ(error_of("--train --data " + TestModel("data_cls") + " --loss mse"),
+            "gpipe-run: error: --loss mse compares the output with targets of its shape, but the model's output is "
+            "[32, 10] and the targets are [32]; check the data's targets or choose another --loss\n");
+  EXPECT_EQ(error_of("--train --data " + TestModel("data_cls") + " --eval-fraction 1"),
+            "gpipe-run: error: --eval-fraction 1 must be in [0, 1)\n");
+  EXPECT_EQ(error_of("--train --data " + dir.path("nowhere")),
+            "gpipe-run: error: data path '" + dir.path("nowhere") + "' does not exist\n");
+  EXPECT_EQ(error_of("--train --data " + TestModel("data_cls") + " --optimizer lion"),
+            "gpipe-run: error: unknown --optimizer 'lion'; use sgd, adam or adamw\n");
+  EXPECT_EQ(error_of("--train --sample-input 4x100 --loss cross_entropy"),
+            "gpipe-run: error: --loss cross_entropy needs targets from --data; on random inputs use mse or sum\n");
+}
+
+}  // namespace
+}  // namespace gpipe

@@ -1,0 +1,129 @@
+// The data readers of gpipe-run --data: NumPy arrays (memory-mapped), files
+// from torch.save, token streams; and what each says about a bad file.
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include <ATen/ATen.h>
+
+#include "runtime/data_source.h"
+#include "runtime/mapped_array.h"
+#include "tests/test_util.h"
+
+namespace gpipe {
+namespace {
+
+using testing::ErrorOf;
+using testing::TempDir;
+using testing::TestModel;
+
+// An .npy file (format 1.0) with this header dict and these data bytes.
+void WriteNpy(const std::string& path, const std::string& dict, const std::string& data) {
+  std::string header = dict;
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::ofstream out(path, std::ios::binary);
+  out.write("\x93NUMPY\x01\x00", 8);
+  out.put(static_cast<char>(header.size() & 0xFF));
+  out.put(static_cast<char>(header.size() >> 8));
+  out << header << data;
+}
+
+std::string Bytes(const at::Tensor& t) {
+  return std::string(static_cast<const char*>(t.data_ptr()), static_cast<size_t>(t.numel() * t.element_size()));
+}
+
+TEST(DataSource, NpyRowsAreTheArraysRowsInAnyOrder) {
+  TempDir dir;
+  at::Tensor x = at::arange(24, at::kFloat).reshape({4, 2, 3});
+  WriteNpy(dir.path("x.npy"), "{'descr': '<f4', 'fortran_order': False, 'shape': (4, 2, 3), }", Bytes(x));
+  auto array = MappedArray::OpenNpy(dir.path("x.npy"));
+  EXPECT_EQ(array->rows(), 4);
+  EXPECT_EQ(array->row_shape(), (std::vector<int64_t>{2, 3}));
+  EXPECT_TRUE(at::equal(array->Rows({3, 0, 3}), x.index_select(0, at::tensor({3, 0, 3}))));
+  EXPECT_EQ(ErrorOf([&] { array->Rows({4}); }), "row 4 of data file '" + dir.path("x.npy") +
+                                                    "' is out of range (it has 4 rows)");
+}
+
+TEST(DataSource, UnsignedArraysAndTokensWiden) {
+  TempDir dir;
+  const uint16_t values[] = {1, 65535, 40000};
+  std::string data(reinterpret_cast<const char*>(values), sizeof values);
+  WriteNpy(dir.path("u.npy"), "{'descr': '<u2', 'fortran_order': False, 'shape': (3,), }", data);
+  at::Tensor rows = MappedArray::OpenNpy(dir.path("u.npy"))->Rows({0, 1, 2});
+  EXPECT_EQ(rows.scalar_type(), at::kInt);
+  EXPECT_TRUE(at::equal(rows, at::tensor({1, 65535, 40000}, at::kInt)));
+  std::ofstream(dir.path("t.bin"), std::ios::binary) << data;
+  at::Tensor tokens = MappedArray::OpenTokens(dir.path("t.bin"), 16)->Elements(1, 2);
+  EXPECT_TRUE(at::equal(tokens, at::tensor({65535, 40000}, at::kLong)));
+}
+
+TEST(DataSource, ABadNpyFileIsRefusedBeforeItIsMapped) {
+  TempDir dir;
+  const std::string f = dir.path("bad.npy");
+  auto error = [&](const std::string& dict, const std::string& data) {
+    WriteNpy(f, dict, data);
+    return ErrorOf([&] { MappedArray::OpenNpy(f); });
+  };
+  const std::string prefix = "data file '" + f + "' ";
+  EXPECT_EQ(error("{'descr': '<f4', 'fortran_order': False, 'shape': (4, 3), }", std::string(40, 'x')),
+            prefix + "claims shape (4, 3) of <f4 but holds 40 bytes of data; the file is truncated or not what "
+                     "its header says");
+  EXPECT_EQ(error("{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999, 99999999999), }", ""),
+            prefix + "claims shape (99999999999999999, 99999999999) of <f4 but holds 0 bytes of data; the file is "
+                     "truncated or not what its header says");
+  EXPECT_EQ(error("{'descr': '>f4', 'fortran_order': False, 'shape': (1,), }", "abcd"),
+            prefix + "holds dtype '>f4', which is not read; save it as little-endian bool, int8-64, uint8-32 or "
+                     "float16-64 (e.g. arr.astype('<f4'))");
+  EXPECT_EQ(error("{'descr': '<f4', 'fortran_order': True, 'shape': (1,), }", "abcd"),
+            prefix + "is in Fortran order; save numpy.ascontiguousarray(arr) instead");
+  EXPECT_EQ(error("{'descr': '<f4', 'fortran_order': False, 'shape': (1, -2), }", "abcd"),
+            prefix + "has a malformed shape (1, -2) in its .npy header");
+  EXPECT_EQ(error("{'descr': '<f4', 'fortran_order': False, 'shape': (), }", "abcd"),
+            prefix + "holds a single scalar; data needs one row per example");
+  std::ofstream(f, std::ios::binary) << "not numpy";
+  EXPECT_EQ(ErrorOf([&] { MappedArray::OpenNpy(f); }),
+            prefix + "is not a NumPy .npy file (no \\x93NUMPY magic); write it with numpy.save");
+  std::ofstream(f, std::ios::binary) << std::string("\x93NUMPY\x01\x00\xff\x00{'descr'", 18);
+  EXPECT_EQ(ErrorOf([&] { MappedArray::OpenNpy(f); }), prefix + "is truncated inside its .npy header");
+  std::ofstream(dir.path("odd.bin"), std::ios::binary) << "abc";
+  EXPECT_EQ(ErrorOf([&] { MappedArray::OpenTokens(dir.path("odd.bin"), 16); }),
+            "data file '" + dir.path("odd.bin") + "' has 3 bytes, not a whole number of uint16 tokens; is "
+            "--token-dtype right?");
+}
+
+// The same examples from the .npy directory and from the torch.save file
+// (both written by tests/export_test_models.py from one tensor).
+TEST(DataSource, NpyDirectoryAndTorchSaveFileHoldTheSameExamples) {
+  auto npy = OpenDataSource(TestModel("data_cls"));
+  auto saved = OpenDataSource(TestModel("data_cls.pt"));
+  ASSERT_EQ(npy->size(), 50);
+  ASSERT_EQ(saved->size(), 50);
+  EXPECT_EQ(npy->Describe(), "50 examples; inputs [100] float32; targets [] int64");
+  EXPECT_EQ(saved->Describe(), npy->Describe());
+  DataBatch a = npy->Get({7, 3}), b = saved->Get({7, 3});
+  EXPECT_TRUE(at::equal(a.inputs.at(0), b.inputs.at(0)));
+  EXPECT_TRUE(at::equal(a.targets, b.targets));
+  auto tail = SliceDataSource(npy, 40, 50);
+  EXPECT_TRUE(at::equal(tail->Get({0}).inputs.at(0), npy->Get({40}).inputs.at(0)));
+  EXPECT_EQ(tail->Describe(), "10 examples; inputs [100] float32; targets [] int64");
+}
+
+TEST(DataSource, TokenWindowsAreShiftedByOne) {
+  DataOptions options;
+  options.seq_len = 16;
+  auto tokens = OpenDataSource(TestModel("tokens.bin"), options);
+  EXPECT_EQ(tokens->size(), (1000 - 1) / 16);
+  DataBatch batch = tokens->Get({2, 0});
+  ASSERT_EQ(batch.inputs.at(0).sizes(), (std::vector<int64_t>{2, 16}));
+  EXPECT_TRUE(at::equal(batch.inputs[0].narrow(1, 1, 15), batch.targets.narrow(1, 0, 15)));
+  EXPECT_EQ(ErrorOf([&] { OpenDataSource(TestModel("tokens.bin")); }),
+            "token file '" + TestModel("tokens.bin") + "' needs --seq-len L (tokens per example)");
+  EXPECT_EQ(ErrorOf([&] { OpenDataSource(TestModel("mlp9.pt")); }),
+            "data file '" + TestModel("mlp9.pt") + "' is not a file torch.save wrote (or is damaged); write it "
+            "with torch.save({\"inputs\": X, \"targets\": Y}, '" + TestModel("mlp9.pt") + "')");
+}
+
+}  // namespace
+}  // namespace gpipe
