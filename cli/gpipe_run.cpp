@@ -124,6 +124,7 @@ int Main(int argc, char** argv) {
   if (artifact.empty()) throw po::error("the artifact file is missing");
   const bool with_data = vm.count("data") > 0;
   if (with_data && !vm.count("train")) throw po::error("--data needs --train");
+  if (vm.count("resume") && !with_data) throw po::error("--resume needs --train --data (the run it continues)");
   if (with_data && !sample_input.empty()) throw po::error("--data gives the inputs; drop --sample-input");
   if (sample_input.empty() && !with_data) throw po::error("--sample-input is required (or --train --data PATH)");
   if (steps < 1) throw po::error("--steps must be at least 1");
@@ -193,28 +194,22 @@ int Main(int argc, char** argv) {
   // Ctrl-C ends the current step cleanly, saves (with --save) and exits 130.
   std::signal(SIGINT, [](int) { interrupted = 1; });
   if (with_data) {
-    // After each step: a Ctrl-C on any rank stops every rank; periodic checkpoints.
-    auto after_step = [&](int64_t step) {
+    // After each step: a Ctrl-C on any rank stops every rank.
+    auto stop = [&](int64_t step) {
       if (peers) {
         at::Tensor stop = at::full({1}, interrupted ? 1.0 : 0.0, at::kDouble);
         peers->AllReduceSum(stop, "the end of step " + std::to_string(step));
         if (stop.item<double>() > 0) interrupted = 1;
       }
-      if (checkpoint_every > 0 && step % checkpoint_every == 0) {
-        pipe.save(save);
-        if (verbose) std::printf("checkpoint: saved %s after step %lld\n", save.c_str(), static_cast<long long>(step));
-      }
       return interrupted != 0;
     };
     std::optional<int64_t> data_steps;
     if (!vm["steps"].defaulted()) data_steps = steps;
+    gpipe::CheckpointCli checkpoints{save, checkpoint_every, std::nullopt};
+    if (vm.count("resume")) checkpoints.resume_from = artifact;
     const int64_t done = gpipe::TrainOnData(pipe, data_cli, vm, lr, data_steps, static_cast<uint64_t>(seed), peers,
-                                            verbose, after_step);
-    if (interrupted && verbose) std::printf("interrupted after step %lld\n", static_cast<long long>(done));
-    if (!save.empty() && done > 0) {
-      pipe.save(save);
-      if (verbose) std::printf("saved %s\n", save.c_str());
-    }
+                                            verbose, checkpoints, stop);
+    if (interrupted && verbose) std::printf("interrupted after %lld steps\n", static_cast<long long>(done));
     return interrupted ? kExitInterrupted : 0;
   }
   const gpipe::LossOptions loss = RandomDataLoss(loss_kind);

@@ -3,7 +3,9 @@
 #include <cmath>
 #include <cstdio>
 
+#include "runtime/artifact.h"
 #include "runtime/trainer.h"
+#include "runtime/training_state.h"
 
 namespace po = boost::program_options;
 
@@ -35,7 +37,9 @@ void AddDataTrainingOptions(po::options_description& options, DataTrainingCli& c
       ("warmup-steps", po::value(&cli.warmup_steps)->default_value(0), "--data: linear warm-up from 0 over K steps")
       ("clip-grad-norm", po::value(&cli.clip_grad_norm), "--data: clip the global gradient norm to this")
       ("grad-accum", po::value(&cli.grad_accum)->default_value(1), "--data: mini-batches per optimizer step")
-      ("no-shuffle", "--data: read the data in file order");
+      ("no-shuffle", "--data: read the data in file order")
+      ("resume", "--data: the artifact is a checkpoint (--save) of a run with these options: continue it, "
+       "with its optimizer state, data position and random numbers (--steps counts the whole run)");
 }
 
 namespace {
@@ -60,7 +64,7 @@ std::string Percent(double x) {
 
 int64_t TrainOnData(Pipeline& pipe, const DataTrainingCli& cli, const po::variables_map& vm, double lr,
                     std::optional<int64_t> steps, uint64_t seed, std::shared_ptr<PeerGroup> peers, bool verbose,
-                    const std::function<bool(int64_t)>& after_step) {
+                    const CheckpointCli& checkpoints, const std::function<bool(int64_t)>& stop) {
   TORCH_CHECK(cli.eval_fraction >= 0 && cli.eval_fraction < 1, "--eval-fraction ", cli.eval_fraction,
               " must be in [0, 1)");
   TORCH_CHECK(cli.eval_fraction == 0 || cli.eval_data.empty(), "give --eval-fraction or --eval-data, not both");
@@ -93,11 +97,33 @@ int64_t TrainOnData(Pipeline& pipe, const DataTrainingCli& cli, const po::variab
   options.optimizer.beta2 = cli.beta2;
   if (vm.count("weight-decay")) options.optimizer.weight_decay = cli.weight_decay;
   options.schedule = ParseLrSchedule(cli.lr_schedule, cli.warmup_steps);
+  const bool distributed = peers != nullptr;
   options.peers = std::move(peers);
   TORCH_CHECK(!LossNeedsTargets(options.loss) || train->Get({0}).targets.defined(), "--loss ",
               options.loss.kind, " needs targets, and '", cli.data,
               "' has none (targets.npy, or \"targets\" in the .pt file)");
   Trainer trainer(pipe, train, eval, options);
+  if (checkpoints.resume_from) {
+    TORCH_CHECK(!distributed, "--resume continues one-process runs; checkpoints of several processes hold the "
+                "weights only (resume such a run in one process, or train afresh from it without --resume)");
+    ArtifactReader reader(*checkpoints.resume_from);
+    TORCH_CHECK(reader.HasRecord(kTrainingStateRecord), "'", *checkpoints.resume_from,
+                "' has no training state to resume (it was written by gpipe-compile, or by a run without --data); "
+                "train from it without --resume");
+    trainer.Restore(ParseTrainingState(reader.ReadRecord(kTrainingStateRecord), *checkpoints.resume_from),
+                    *checkpoints.resume_from);
+  }
+  // Weights plus, in one process, everything --resume needs, in one atomic write.
+  auto save = [&](const std::string& why) {
+    std::vector<ArtifactRecord> extra;
+    if (!distributed) extra.push_back({kTrainingStateRecord, SerializeTrainingState(trainer.Capture())});
+    pipe.save(checkpoints.save, extra);
+    if (verbose) {
+      std::printf("%s %s after step %lld%s\n", why.c_str(), checkpoints.save.c_str(),
+                  static_cast<long long>(trainer.step()),
+                  distributed ? " (weights only: several processes' optimizer states are not saved)" : "");
+    }
+  };
   if (verbose) {
     std::printf("data %s: %s\n", cli.data.c_str(), all->Describe().c_str());
     std::printf("training on %lld examples%s: batch %lld, %lld batches per epoch, %lld steps, %s, loss %s\n",
@@ -105,6 +131,10 @@ int64_t TrainOnData(Pipeline& pipe, const DataTrainingCli& cli, const po::variab
                 eval ? (", evaluating on " + std::to_string(eval->size())).c_str() : "",
                 static_cast<long long>(cli.batch_size), static_cast<long long>(trainer.batches_per_epoch()),
                 static_cast<long long>(trainer.total_steps()), cli.optimizer.c_str(), options.loss.kind.c_str());
+    if (checkpoints.resume_from) {
+      std::printf("resuming %s after step %lld\n", checkpoints.resume_from->c_str(),
+                  static_cast<long long>(trainer.step()));
+    }
   }
   auto on_step = [&](const StepReport& r) {
     if (!verbose) return;
@@ -123,8 +153,16 @@ int64_t TrainOnData(Pipeline& pipe, const DataTrainingCli& cli, const po::variab
                 extra.c_str(), static_cast<long long>(r.examples));
     std::fflush(stdout);
   };
-  int64_t done = 0;
-  return trainer.Run(on_step, on_eval, [&] { return after_step(++done); });
+  const int64_t first = trainer.step();
+  trainer.Run(on_step, on_eval, [&] {
+    const bool stopping = stop(trainer.step());
+    if (!checkpoints.save.empty() && checkpoints.every > 0 && trainer.step() % checkpoints.every == 0 && !stopping) {
+      save("checkpoint: saved");
+    }
+    return stopping;
+  });
+  if (!checkpoints.save.empty() && trainer.step() > first) save("saved");
+  return trainer.step() - first;
 }
 
 }  // namespace gpipe

@@ -24,10 +24,18 @@ struct DataTrainingCli {
 
 void AddDataTrainingOptions(boost::program_options::options_description& options, DataTrainingCli& cli);
 
-// Trains `pipe`; `steps` is --steps when given. `after_step(step)` runs after
-// every step (checkpoints) and returns true to stop (Ctrl-C). Returns the steps done.
+// Where a run's checkpoints go and where it resumes from.
+struct CheckpointCli {
+  std::string save;              // --save OUT: at the end (and every `every` steps), atomically
+  int64_t every = 0;             // --checkpoint-every K
+  std::optional<std::string> resume_from;  // --resume: the artifact loaded, with its training state
+};
+
+// Trains `pipe`; `steps` is --steps when given (the whole run's steps).
+// `stop(step)` runs after every step and returns true to stop (Ctrl-C).
+// Returns the steps done in this process.
 int64_t TrainOnData(Pipeline& pipe, const DataTrainingCli& cli, const boost::program_options::variables_map& vm,
                     double lr, std::optional<int64_t> steps, uint64_t seed, std::shared_ptr<PeerGroup> peers,
-                    bool verbose, const std::function<bool(int64_t)>& after_step);
+                    bool verbose, const CheckpointCli& checkpoints, const std::function<bool(int64_t)>& stop);
 
 }  // namespace gpipe

@@ -96,6 +96,8 @@ ArtifactReader::ArtifactReader(const std::string& path) : path_(path) {
 
 ArtifactReader::~ArtifactReader() = default;
 
+bool ArtifactReader::HasRecord(const std::string& name) const { return reader_->hasRecord(name); }
+
 std::string ArtifactReader::ReadRecord(const std::string& name) const {
   TORCH_CHECK(reader_->hasRecord(name), "artifact '", path_, "' has no record '", name, "'");
   at::DataPtr data;

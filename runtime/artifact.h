@@ -38,6 +38,7 @@ class ArtifactReader {
   ~ArtifactReader();
   const Manifest& manifest() const { return manifest_; }
   std::string ReadRecord(const std::string& name) const;  // clear error if missing
+  bool HasRecord(const std::string& name) const;
 
  private:
   std::string path_;

@@ -341,7 +341,10 @@ bool Pipeline::is_training() const {
   return false;
 }
 
-void Pipeline::save(const std::string& path) const {
+void Pipeline::save(const std::string& path) const { save(path, {}); }
+
+void Pipeline::save(const std::string& path, const std::vector<ArtifactRecord>& extra) const {
+  TORCH_CHECK(extra.empty() || !core_->peers, "extra records in a checkpoint of several processes are not written");
   Manifest manifest = core_->manifest;
   manifest.chunks = core_->chunks;
   manifest.checkpoint = core_->checkpoint;
@@ -351,6 +354,7 @@ void Pipeline::save(const std::string& path) const {
     if (core_->ranks.IsLocal(s)) core_->stages[s].module.save(bytes);
     records.push_back({manifest.stages[s].file, bytes.str()});
   }
+  records.insert(records.end(), extra.begin(), extra.end());
   if (!core_->peers) {
     WriteArtifact(path, manifest, records);
     return;

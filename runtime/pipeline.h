@@ -10,6 +10,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/core/ivalue.h>
 
+#include "runtime/artifact.h"
 #include "runtime/checkpoint_mode.h"
 #include "runtime/manifest.h"
 #include "runtime/task_trace.h"
@@ -96,6 +97,9 @@ class Pipeline {
   // With several processes, a collective call: rank 0 gathers every stage
   // and writes one artifact that loads back in a single process.
   void save(const std::string& path) const;
+  // The same, with extra records of this process beside the stages (a
+  // trainer's state). One process only: each rank's would differ.
+  void save(const std::string& path, const std::vector<ArtifactRecord>& extra) const;
 
   // Task timing (see TaskTrace): off by default.
   void set_tracing(bool on);

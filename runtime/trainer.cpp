@@ -2,13 +2,16 @@
 
 #include <chrono>
 #include <cmath>
+#include <sstream>
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/data/dataloader.h>
 #include <torch/data/samplers/sequential.h>
+#include <torch/serialize/archive.h>
 
 #include "runtime/peer_group.h"
+#include "runtime/rng_turnstile.h"
 
 namespace gpipe {
 namespace {
@@ -100,7 +103,7 @@ std::optional<double> Trainer::ClipGradients() {
 int64_t Trainer::Run(const std::function<void(const StepReport&)>& on_step,
                      const std::function<void(const EvalReport&)>& on_eval, const std::function<bool()>& stop) {
   pipe_.train();
-  int64_t step = 0;
+  int64_t& step = step_;
   StepReport report;
   int64_t in_group = 0;  // mini-batches accumulated into the coming step
   auto start = std::chrono::steady_clock::now();
@@ -128,8 +131,13 @@ int64_t Trainer::Run(const std::function<void(const StepReport&)>& on_step,
     if (eval_ && (last || (options_.eval_every > 0 && step % options_.eval_every == 0))) on_eval(Evaluate(step));
     return last || stop();
   };
-  for (int64_t epoch = 0; step < total_steps_; ++epoch) {
-    auto loader = MakeLoader(train_, EpochOrder(epoch), options_.batch_size);
+  for (; step < total_steps_; ++epoch_, batches_done_ = 0) {
+    const int64_t epoch = epoch_;
+    std::vector<int64_t> order = EpochOrder(epoch);  // from where a resumed run stopped
+    order.erase(order.begin(), order.begin() + std::min<int64_t>(batches_done_ * options_.batch_size,
+                                                                   static_cast<int64_t>(order.size())));
+    if (order.empty()) continue;
+    auto loader = MakeLoader(train_, std::move(order), options_.batch_size);
     for (DataBatch& batch : *loader) {
       if (in_group == 0) {
         optimizer_->zero_grad();
@@ -146,11 +154,79 @@ int64_t Trainer::Run(const std::function<void(const StepReport&)>& on_step,
                   "stage and micro-batch producing NaN/Inf with --detect-anomaly");
       report.loss += loss;
       report.examples += batch.inputs.at(0).size(0);
+      ++batches_done_;
       if (++in_group == options_.grad_accum && finish_step(epoch)) return step;
     }
     if (in_group > 0 && finish_step(epoch)) return step;
   }
   return step;
+}
+
+std::map<std::string, std::string> Trainer::ResumeOptions() const {
+  const OptimizerOptions& o = options_.optimizer;
+  auto number = [](double x) {
+    std::ostringstream text;
+    text.precision(17);
+    text << x;
+    return text.str();
+  };
+  std::map<std::string, std::string> options{
+      {"--optimizer", o.name},
+      {"--lr", number(o.lr)},
+      {"--momentum", number(o.momentum)},
+      {"--nesterov", o.nesterov ? "on" : "off"},
+      {"--beta1", number(o.beta1)},
+      {"--beta2", number(o.beta2)},
+      {"--weight-decay", o.weight_decay ? number(*o.weight_decay) : "default"},
+      {"--loss", options_.loss.kind},
+      {"--ignore-index", std::to_string(options_.loss.ignore_index)},
+      {"--batch-size", std::to_string(options_.batch_size)},
+      {"--grad-accum", std::to_string(options_.grad_accum)},
+      {"--seed", std::to_string(options_.seed)},
+      {"shuffling", options_.shuffle ? "on" : "off"},
+      {"--lr-schedule", options_.schedule.kind},
+      {"--warmup-steps", std::to_string(options_.schedule.warmup_steps)},
+      {"--clip-grad-norm", options_.clip_grad_norm ? number(*options_.clip_grad_norm) : "off"},
+      {"training examples", std::to_string(train_->size())},
+  };
+  return options;
+}
+
+TrainingState Trainer::Capture() const {
+  TrainingState state;
+  state.step = step_;
+  state.epoch = epoch_;
+  state.batches_done = batches_done_;
+  torch::serialize::OutputArchive archive;
+  optimizer_->save(archive);
+  std::ostringstream bytes;
+  archive.save_to(bytes);
+  state.optimizer = bytes.str();
+  state.cpu_rng = CaptureRngState(c10::Device(c10::kCPU)).cpu;
+  state.options = ResumeOptions();
+  return state;
+}
+
+void Trainer::Restore(const TrainingState& state, const std::string& checkpoint) {
+  if (auto mismatch = DescribeOptionMismatch(state.options, ResumeOptions(), checkpoint)) TORCH_CHECK(false, *mismatch);
+  TORCH_CHECK(state.step < total_steps_, "checkpoint '", checkpoint, "' has done ", state.step,
+              " steps already, and this run ends at step ", total_steps_, "; give a larger --steps (it counts the "
+              "whole run's steps) or more --epochs");
+  try {
+    torch::serialize::InputArchive archive;
+    std::istringstream bytes(state.optimizer);
+    archive.load_from(bytes);
+    optimizer_->load(archive);
+  } catch (const c10::Error& e) {
+    TORCH_CHECK(false, "checkpoint '", checkpoint, "': its optimizer state does not fit this model's parameters (",
+                e.what_without_backtrace(), "); resume with the artifact it was saved from");
+  }
+  RngState rng;
+  rng.cpu = state.cpu_rng;
+  RestoreRngState(rng);
+  step_ = state.step;
+  epoch_ = state.epoch;
+  batches_done_ = state.batches_done;
 }
 
 EvalReport Trainer::Evaluate(int64_t step) {

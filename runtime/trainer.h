@@ -8,6 +8,7 @@
 #include "runtime/optimizer_setup.h"
 #include "runtime/pipeline.h"
 #include "runtime/training_loss.h"
+#include "runtime/training_state.h"
 
 namespace gpipe {
 
@@ -66,6 +67,15 @@ class Trainer {
 
   EvalReport Evaluate(int64_t step);
   torch::optim::Optimizer& optimizer() { return *optimizer_; }
+  int64_t step() const { return step_; }
+
+  // The run's state after the last step, for a checkpoint; Restore() makes a
+  // fresh Trainer (same options, same data) continue from it exactly. A
+  // state saved under other options is refused, naming the first difference.
+  TrainingState Capture() const;
+  void Restore(const TrainingState& state, const std::string& checkpoint);
+  // What a continuation must share with the run it continues.
+  std::map<std::string, std::string> ResumeOptions() const;
 
  private:
   std::vector<int64_t> EpochOrder(int64_t epoch) const;
@@ -76,6 +86,10 @@ class Trainer {
   TrainerOptions options_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   int64_t total_steps_ = 0;
+  // Where the run stands: optimizer steps done, and the next mini-batch's epoch and index in it.
+  int64_t step_ = 0;
+  int64_t epoch_ = 0;
+  int64_t batches_done_ = 0;
 };
 
 }  // namespace gpipe
