@@ -38,6 +38,7 @@ void AddDataTrainingOptions(po::options_description& options, DataTrainingCli& c
       ("clip-grad-norm", po::value(&cli.clip_grad_norm), "--data: clip the global gradient norm to this")
       ("grad-accum", po::value(&cli.grad_accum)->default_value(1), "--data: mini-batches per optimizer step")
       ("no-shuffle", "--data: read the data in file order")
+      ("log-every", po::value(&cli.log_every)->default_value(1), "--data: print every K-th step (and the last)")
       ("resume", "--data: the artifact is a checkpoint (--save) of a run with these options: continue it, "
        "with its optimizer state, data position and random numbers (--steps counts the whole run)");
 }
@@ -136,8 +137,9 @@ int64_t TrainOnData(Pipeline& pipe, const DataTrainingCli& cli, const po::variab
                   static_cast<long long>(trainer.step()));
     }
   }
+  TORCH_CHECK(cli.log_every >= 1, "--log-every must be at least 1");
   auto on_step = [&](const StepReport& r) {
-    if (!verbose) return;
+    if (!verbose || (r.step % cli.log_every != 0 && r.step != r.total)) return;
     std::printf("step %lld/%lld  epoch %lld  loss %.6f  lr %.3g%s  %.1f samples/s\n", static_cast<long long>(r.step),
                 static_cast<long long>(r.total), static_cast<long long>(r.epoch), r.loss, r.lr,
                 r.grad_norm ? ("  grad norm " + std::to_string(*r.grad_norm)).c_str() : "",

@@ -248,6 +248,18 @@ EvalReport Trainer::Evaluate(int64_t step) {
     AccumulateEval(options_.loss, LossInput(options_.loss, outputs), batch.targets, totals);
   }
   pipe_.train(was_training);
+  if (options_.peers) {  // only the rank holding the outputs has counted: share its sums with every rank
+    at::Tensor sums = at::tensor({totals.loss_sum, totals.weight, static_cast<double>(totals.correct),
+                                  static_cast<double>(totals.classified), totals.language_model ? 1.0 : 0.0},
+                                 at::kDouble);
+    options_.peers->AllReduceSum(sums, "the evaluation after step " + std::to_string(step));
+    const double* v = sums.data_ptr<double>();
+    totals.loss_sum = v[0];
+    totals.weight = v[1];
+    totals.correct = static_cast<int64_t>(v[2]);
+    totals.classified = static_cast<int64_t>(v[3]);
+    totals.language_model = v[4] > 0;
+  }
   report.loss = totals.weight > 0 ? totals.loss_sum / totals.weight : 0;
   if (totals.classified > 0) report.accuracy = static_cast<double>(totals.correct) / static_cast<double>(totals.classified);
   if (totals.language_model) report.perplexity = std::exp(report.loss);

@@ -11,6 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 TORCH_VERSION=2.15.0
 TORCHVISION_VERSION=0.29.2   # the newest; it needs torch >= 2.14
+TRANSFORMERS_VERSION=5.25.0  # the newest; models traced (samples/export_transformers.py)
+TIMM_VERSION=1.0.31          # the newest; models scripted (samples/export_timm.py)
 VENV=${VENV:-.venv-torch2}
 BUILD_DIR=${BUILD_DIR:-build-torch2}
 
@@ -22,6 +24,10 @@ fi
 if ! "$VENV/bin/python" -c "import torch, torchvision, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" 2>/dev/null; then
   echo "setup_torch2: installing torch $TORCH_VERSION and torchvision $TORCHVISION_VERSION into $VENV (about 3 GB)"
   "$VENV/bin/pip" install -q --disable-pip-version-check "torch==$TORCH_VERSION" "torchvision==$TORCHVISION_VERSION"
+fi
+if ! "$VENV/bin/python" -c "import transformers, timm, sys; sys.exit(transformers.__version__ != '$TRANSFORMERS_VERSION' or timm.__version__ != '$TIMM_VERSION')" 2>/dev/null; then
+  echo "setup_torch2: installing transformers $TRANSFORMERS_VERSION and timm $TIMM_VERSION into $VENV (for the Hugging Face and timm models)"
+  "$VENV/bin/pip" install -q --disable-pip-version-check "transformers==$TRANSFORMERS_VERSION" "timm==$TIMM_VERSION"
 fi
 PREFIX=$("$VENV/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)')
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then

@@ -43,6 +43,11 @@ std::string ErrorOf(const std::function<void()>& call) {
   return "";
 }
 
+std::string LastLine(const std::string& output) {
+  size_t start = output.rfind('\n', output.size() >= 2 ? output.size() - 2 : 0);
+  return start == std::string::npos ? output : output.substr(start + 1);
+}
+
 std::string CliPath(const std::string& tool) { return std::string(GPIPE_CLI_DIR) + "/" + tool; }
 
 CommandResult RunCli(const std::string& tool, const std::string& arguments) {

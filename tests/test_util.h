@@ -54,6 +54,9 @@ void RunRanksInThreads(int world, const std::function<void(const std::shared_ptr
 // The message (without backtrace) of the c10::Error `call` throws; "" if none.
 std::string ErrorOf(const std::function<void()>& call);
 
+// The last line of a command's output (a CLI's error comes after its other output).
+std::string LastLine(const std::string& output);
+
 // Largest |a - b|; both must have the same shape.
 double MaxAbsDiff(const at::Tensor& a, const at::Tensor& b);
 

@@ -45,12 +45,8 @@ at::Tensor ExpectSameResult(const c10::IValue& got, const c10::IValue& want) {
   return total;
 }
 
-std::string LastLine(const std::string& output) {
-  size_t start = output.rfind('\n', output.size() >= 2 ? output.size() - 2 : 0);
-  return start == std::string::npos ? output : output.substr(start + 1);
-}
-
 using testing::ErrorOf;
+using testing::LastLine;
 
 TEST(ModelInterface, OptionalArgumentsOmittedOrGivenByPositionOrName) {
   TempDir dir;

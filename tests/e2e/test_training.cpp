@@ -182,8 +182,7 @@ TEST(Training, AResumedRunEndsWithTheUninterruptedRunsWeightsBitwise) {
   auto error_of = [&](const std::string& art, const std::string& args) {
     auto r = RunCli("gpipe-run", art + common + " --resume " + args);
     EXPECT_NE(r.exit_code, 0) << r.output;
-    size_t start = r.output.rfind('\n', r.output.size() - 2);
-    return start == std::string::npos ? r.output : r.output.substr(start + 1);
+    return testing::LastLine(r.output);
   };
   EXPECT_EQ(error_of(dir.path("half.gpipe"), "--steps 6 --ignore-index 0"),
             "gpipe-run: error: checkpoint '" + dir.path("half.gpipe") + "' was trained with --ignore-index -100, and "
@@ -196,6 +195,33 @@ TEST(Training, AResumedRunEndsWithTheUninterruptedRunsWeightsBitwise) {
             "gpipe-compile, or by a run without --data); train from it without --resume\n");
 }
 
+// Two ranks train on the same file as one process does: the same batches,
+// the gradient norm for clipping summed over both ranks' stages.
+TEST(Training, TwoProcessesTrainOnDataLikeOneProcess) {
+  TempDir dir;
+  auto compiled = RunCli("gpipe-compile", TestModel("big_first.pt") + " -o " + dir.path("c.gpipe") + " --stages 2 --chunks 2");
+  ASSERT_EQ(compiled.exit_code, 0) << compiled.output;
+  const std::string options = " --train --data " + TestModel("data_cls.pt") + " --eval-fraction 0.2 --batch-size 8"
+                              " --epochs 2 --optimizer sgd --momentum 0.9 --lr 0.05 --clip-grad-norm 0.3";
+  auto one = RunCli("gpipe-run", dir.path("c.gpipe") + options + " --save " + dir.path("one.gpipe"));
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  auto two = RunCli("gpipe-launch", "--nproc 2 " + dir.path("c.gpipe") + options + " --save " + dir.path("two.gpipe"));
+  ASSERT_EQ(two.exit_code, 0) << two.output;
+  EXPECT_OUTPUT_HAS(two, "[rank 0] saved " + dir.path("two.gpipe") + " after step 10 (weights only: several processes' "
+                         "optimizer states are not saved)");
+  auto eval_line = [](const std::string& output, const std::string& prefix) {
+    size_t at = output.find(prefix + "eval after step 10: loss ");
+    return at == std::string::npos ? std::string("missing") : output.substr(at + prefix.size(), 40);
+  };
+  EXPECT_EQ(eval_line(two.output, "[rank 0] "), eval_line(one.output, ""));  // counted on rank 1, printed by rank 0
+  auto want = Pipeline::load(dir.path("one.gpipe")).named_parameters();
+  auto got = Pipeline::load(dir.path("two.gpipe")).named_parameters();
+  ASSERT_EQ(want.size(), got.size());
+  for (size_t k = 0; k < want.size(); ++k) {
+    EXPECT_LE(testing::MaxAbsDiff(want[k].second, got[k].second), 1e-6) << want[k].first;
+  }
+}
+
 TEST(Training, BadDataOptionsAreOneLineErrors) {
   TempDir dir;
   auto compiled = RunCli("gpipe-compile", TestModel("big_first.pt") + " -o " + dir.path("c.gpipe") + " --stages 2 --chunks 2");
@@ -204,8 +230,7 @@ TEST(Training, BadDataOptionsAreOneLineErrors) {
   auto error_of = [&](const std::string& args) {
     auto r = RunCli("gpipe-run", art + " " + args);
     EXPECT_NE(r.exit_code, 0) << r.output;
-    size_t start = r.output.rfind('\n', r.output.size() - 2);  // the last line: after the artifact's summary
-    return start == std::string::npos ? r.output : r.output.substr(start + 1);
+    return testing::LastLine(r.output);  // after the artifact's summary
   };
   EXPECT_EQ(error_of("--data " + TestModel("data_cls")), "gpipe-run: --data needs --train; see gpipe-run --help\n");
   EXPECT_EQ(error_of("--train --data " + TestModel("data_cls") + " --batch-size 1"),
