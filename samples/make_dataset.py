@@ -18,7 +18,7 @@ def main() -> None:
     parser.add_argument("--examples", type=int, default=2000)
     parser.add_argument("--features", type=int, default=512)
     parser.add_argument("--classes", type=int, default=10)
-    parser.add_argument("--noise", type=float, default=2.0, help="spread of each class around its centre")
+    parser.add_argument("--noise", type=float, default=6.0, help="spread of each class around its centre")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     if args.examples < 1 or args.features < 1 or args.classes < 2:
