@@ -12,35 +12,46 @@ namespace po = boost::program_options;
 namespace gpipe {
 
 void AddDataTrainingOptions(po::options_description& options, DataTrainingCli& cli) {
-  options.add_options()
-      ("data", po::value(&cli.data),
-       "--train on this data: a directory of inputs.npy + targets.npy (memory-mapped; inputs_0.npy, "
-       "inputs_1.npy, ... for several inputs), a .pt file of torch.save({\"inputs\": X, \"targets\": Y}), "
-       "or a .bin token file with --seq-len")
-      ("batch-size", po::value(&cli.batch_size)->default_value(32), "--data: examples per mini-batch")
-      ("epochs", po::value(&cli.epochs)->default_value(1), "--data: passes over the data (unless --steps)")
-      ("seq-len", po::value(&cli.seq_len), "--data FILE.bin: tokens per example")
-      ("token-dtype", po::value(&cli.token_dtype)->default_value("uint16"), "--data FILE.bin: uint16 or uint32")
-      ("eval-fraction", po::value(&cli.eval_fraction)->default_value(0),
-       "--data: hold out this last fraction of the data for evaluation (never trained on)")
-      ("eval-data", po::value(&cli.eval_data), "--data: evaluate on this data instead")
-      ("eval-every", po::value(&cli.eval_every)->default_value(0), "--data: evaluate every K steps (and at the end)")
-      ("ignore-index", po::value(&cli.ignore_index)->default_value(-100),
-       "--loss cross_entropy/nll: targets of this value count for nothing")
-      ("optimizer", po::value(&cli.optimizer)->default_value("sgd"), "--data: sgd, adam or adamw")
-      ("momentum", po::value(&cli.momentum)->default_value(0), "--optimizer sgd: momentum")
-      ("nesterov", "--optimizer sgd: Nesterov momentum")
-      ("beta1", po::value(&cli.beta1)->default_value(0.9), "--optimizer adam/adamw")
-      ("beta2", po::value(&cli.beta2)->default_value(0.999), "--optimizer adam/adamw")
-      ("weight-decay", po::value(&cli.weight_decay), "--data: weight decay (default 0; 0.01 for adamw)")
-      ("lr-schedule", po::value(&cli.lr_schedule)->default_value("constant"), "--data: constant, cosine or linear")
-      ("warmup-steps", po::value(&cli.warmup_steps)->default_value(0), "--data: linear warm-up from 0 over K steps")
-      ("clip-grad-norm", po::value(&cli.clip_grad_norm), "--data: clip the global gradient norm to this")
-      ("grad-accum", po::value(&cli.grad_accum)->default_value(1), "--data: mini-batches per optimizer step")
-      ("no-shuffle", "--data: read the data in file order")
-      ("log-every", po::value(&cli.log_every)->default_value(1), "--data: print every K-th step (and the last)")
-      ("resume", "--data: the artifact is a checkpoint (--save) of a run with these options: continue it, "
-       "with its optimizer state, data position and random numbers (--steps counts the whole run)");
+  options.add_options()(
+      "data", po::value(&cli.data),
+      "--train on this data: a directory of inputs.npy + targets.npy (memory-mapped; inputs_0.npy, "
+      "inputs_1.npy, ... for several inputs), a .pt file of torch.save({\"inputs\": X, "
+      "\"targets\": Y}), "
+      "or a .bin token file with --seq-len")(
+      "batch-size", po::value(&cli.batch_size)->default_value(32),
+      "--data: examples per mini-batch")("epochs", po::value(&cli.epochs)->default_value(1),
+                                         "--data: passes over the data (unless --steps)")(
+      "seq-len", po::value(&cli.seq_len), "--data FILE.bin: tokens per example")(
+      "token-dtype", po::value(&cli.token_dtype)->default_value("uint16"),
+      "--data FILE.bin: uint16 or uint32")(
+      "eval-fraction", po::value(&cli.eval_fraction)->default_value(0),
+      "--data: hold out this last fraction of the data for evaluation (never trained on)")(
+      "eval-data", po::value(&cli.eval_data), "--data: evaluate on this data instead")(
+      "eval-every", po::value(&cli.eval_every)->default_value(0),
+      "--data: evaluate every K steps (and at the end)")(
+      "ignore-index", po::value(&cli.ignore_index)->default_value(-100),
+      "--loss cross_entropy/nll: targets of this value count for nothing")(
+      "optimizer", po::value(&cli.optimizer)->default_value("sgd"), "--data: sgd, adam or adamw")(
+      "momentum", po::value(&cli.momentum)->default_value(0), "--optimizer sgd: momentum")(
+      "nesterov", "--optimizer sgd: Nesterov momentum")(
+      "beta1", po::value(&cli.beta1)->default_value(0.9), "--optimizer adam/adamw")(
+      "beta2", po::value(&cli.beta2)->default_value(0.999), "--optimizer adam/adamw")(
+      "weight-decay", po::value(&cli.weight_decay),
+      "--data: weight decay (default 0; 0.01 for adamw)")(
+      "lr-schedule", po::value(&cli.lr_schedule)->default_value("constant"),
+      "--data: constant, cosine or linear")("warmup-steps",
+                                            po::value(&cli.warmup_steps)->default_value(0),
+                                            "--data: linear warm-up from 0 over K steps")(
+      "clip-grad-norm", po::value(&cli.clip_grad_norm),
+      "--data: clip the global gradient norm to this")("grad-accum",
+                                                       po::value(&cli.grad_accum)->default_value(1),
+                                                       "--data: mini-batches per optimizer step")(
+      "no-shuffle", "--data: read the data in file order")(
+      "log-every", po::value(&cli.log_every)->default_value(1),
+      "--data: print every K-th step (and the last)")(
+      "resume",
+      "--data: the artifact is a checkpoint (--save) of a run with these options: continue it, "
+      "with its optimizer state, data position and random numbers (--steps counts the whole run)");
 }
 
 namespace {
@@ -49,8 +60,8 @@ std::shared_ptr<const DataSource> Open(const std::string& path, const DataTraini
                                        const po::variables_map& vm) {
   DataOptions options;
   if (vm.count("seq-len")) options.seq_len = cli.seq_len;
-  TORCH_CHECK(cli.token_dtype == "uint16" || cli.token_dtype == "uint32", "--token-dtype '", cli.token_dtype,
-              "': use uint16 or uint32");
+  TORCH_CHECK(cli.token_dtype == "uint16" || cli.token_dtype == "uint32", "--token-dtype '",
+              cli.token_dtype, "': use uint16 or uint32");
   options.token_bits = cli.token_dtype == "uint16" ? 16 : 32;
   return OpenDataSource(path, options);
 }
@@ -63,16 +74,19 @@ std::string Percent(double x) {
 
 }  // namespace
 
-int64_t TrainOnData(Pipeline& pipe, const DataTrainingCli& cli, const po::variables_map& vm, double lr,
-                    std::optional<int64_t> steps, uint64_t seed, std::shared_ptr<PeerGroup> peers, bool verbose,
+int64_t TrainOnData(Pipeline& pipe, const DataTrainingCli& cli, const po::variables_map& vm,
+                    double lr, std::optional<int64_t> steps, uint64_t seed,
+                    std::shared_ptr<PeerGroup> peers, bool verbose,
                     const CheckpointCli& checkpoints, const std::function<bool(int64_t)>& stop) {
-  TORCH_CHECK(cli.eval_fraction >= 0 && cli.eval_fraction < 1, "--eval-fraction ", cli.eval_fraction,
-              " must be in [0, 1)");
-  TORCH_CHECK(cli.eval_fraction == 0 || cli.eval_data.empty(), "give --eval-fraction or --eval-data, not both");
+  TORCH_CHECK(cli.eval_fraction >= 0 && cli.eval_fraction < 1, "--eval-fraction ",
+              cli.eval_fraction, " must be in [0, 1)");
+  TORCH_CHECK(cli.eval_fraction == 0 || cli.eval_data.empty(),
+              "give --eval-fraction or --eval-data, not both");
   auto all = Open(cli.data, cli, vm);
   std::shared_ptr<const DataSource> train = all, eval;
   if (cli.eval_fraction > 0) {
-    const auto held_out = static_cast<int64_t>(std::ceil(cli.eval_fraction * static_cast<double>(all->size())));
+    const auto held_out =
+        static_cast<int64_t>(std::ceil(cli.eval_fraction * static_cast<double>(all->size())));
     TORCH_CHECK(held_out < all->size(), "--eval-fraction ", cli.eval_fraction, " of ", all->size(),
                 " examples leaves none to train on");
     train = SliceDataSource(all, 0, all->size() - held_out);
@@ -89,7 +103,8 @@ int64_t TrainOnData(Pipeline& pipe, const DataTrainingCli& cli, const po::variab
   options.grad_accum = cli.grad_accum;
   if (vm.count("clip-grad-norm")) options.clip_grad_norm = cli.clip_grad_norm;
   options.eval_every = cli.eval_every;
-  options.loss = ParseLoss(vm["loss"].defaulted() ? "cross_entropy" : vm["loss"].as<std::string>(), cli.ignore_index);
+  options.loss = ParseLoss(vm["loss"].defaulted() ? "cross_entropy" : vm["loss"].as<std::string>(),
+                           cli.ignore_index);
   options.optimizer.name = cli.optimizer;
   options.optimizer.lr = lr;
   options.optimizer.momentum = cli.momentum;
@@ -105,33 +120,42 @@ int64_t TrainOnData(Pipeline& pipe, const DataTrainingCli& cli, const po::variab
               "' has none (targets.npy, or \"targets\" in the .pt file)");
   Trainer trainer(pipe, train, eval, options);
   if (checkpoints.resume_from) {
-    TORCH_CHECK(!distributed, "--resume continues one-process runs; checkpoints of several processes hold the "
-                "weights only (resume such a run in one process, or train afresh from it without --resume)");
+    TORCH_CHECK(!distributed,
+                "--resume continues one-process runs; checkpoints of several processes hold the "
+                "weights only (resume such a run in one process, or train afresh from it without "
+                "--resume)");
     ArtifactReader reader(*checkpoints.resume_from);
     TORCH_CHECK(reader.HasRecord(kTrainingStateRecord), "'", *checkpoints.resume_from,
-                "' has no training state to resume (it was written by gpipe-compile, or by a run without --data); "
+                "' has no training state to resume (it was written by gpipe-compile, or by a run "
+                "without --data); "
                 "train from it without --resume");
-    trainer.Restore(ParseTrainingState(reader.ReadRecord(kTrainingStateRecord), *checkpoints.resume_from),
-                    *checkpoints.resume_from);
+    trainer.Restore(
+        ParseTrainingState(reader.ReadRecord(kTrainingStateRecord), *checkpoints.resume_from),
+        *checkpoints.resume_from);
   }
   // Weights plus, in one process, everything --resume needs, in one atomic write.
   auto save = [&](const std::string& why) {
     std::vector<ArtifactRecord> extra;
-    if (!distributed) extra.push_back({kTrainingStateRecord, SerializeTrainingState(trainer.Capture())});
+    if (!distributed)
+      extra.push_back({kTrainingStateRecord, SerializeTrainingState(trainer.Capture())});
     pipe.save(checkpoints.save, extra);
     if (verbose) {
-      std::printf("%s %s after step %lld%s\n", why.c_str(), checkpoints.save.c_str(),
-                  static_cast<long long>(trainer.step()),
-                  distributed ? " (weights only: several processes' optimizer states are not saved)" : "");
+      std::printf(
+          "%s %s after step %lld%s\n", why.c_str(), checkpoints.save.c_str(),
+          static_cast<long long>(trainer.step()),
+          distributed ? " (weights only: several processes' optimizer states are not saved)" : "");
     }
   };
   if (verbose) {
     std::printf("data %s: %s\n", cli.data.c_str(), all->Describe().c_str());
-    std::printf("training on %lld examples%s: batch %lld, %lld batches per epoch, %lld steps, %s, loss %s\n",
-                static_cast<long long>(train->size()),
-                eval ? (", evaluating on " + std::to_string(eval->size())).c_str() : "",
-                static_cast<long long>(cli.batch_size), static_cast<long long>(trainer.batches_per_epoch()),
-                static_cast<long long>(trainer.total_steps()), cli.optimizer.c_str(), options.loss.kind.c_str());
+    std::printf(
+        "training on %lld examples%s: batch %lld, %lld batches per epoch, %lld steps, %s, loss "
+        "%s\n",
+        static_cast<long long>(train->size()),
+        eval ? (", evaluating on " + std::to_string(eval->size())).c_str() : "",
+        static_cast<long long>(cli.batch_size), static_cast<long long>(trainer.batches_per_epoch()),
+        static_cast<long long>(trainer.total_steps()), cli.optimizer.c_str(),
+        options.loss.kind.c_str());
     if (checkpoints.resume_from) {
       std::printf("resuming %s after step %lld\n", checkpoints.resume_from->c_str(),
                   static_cast<long long>(trainer.step()));
@@ -140,8 +164,9 @@ int64_t TrainOnData(Pipeline& pipe, const DataTrainingCli& cli, const po::variab
   TORCH_CHECK(cli.log_every >= 1, "--log-every must be at least 1");
   auto on_step = [&](const StepReport& r) {
     if (!verbose || (r.step % cli.log_every != 0 && r.step != r.total)) return;
-    std::printf("step %lld/%lld  epoch %lld  loss %.6f  lr %.3g%s  %.1f samples/s\n", static_cast<long long>(r.step),
-                static_cast<long long>(r.total), static_cast<long long>(r.epoch), r.loss, r.lr,
+    std::printf("step %lld/%lld  epoch %lld  loss %.6f  lr %.3g%s  %.1f samples/s\n",
+                static_cast<long long>(r.step), static_cast<long long>(r.total),
+                static_cast<long long>(r.epoch), r.loss, r.lr,
                 r.grad_norm ? ("  grad norm " + std::to_string(*r.grad_norm)).c_str() : "",
                 static_cast<double>(r.examples) / r.seconds);
     std::fflush(stdout);
@@ -151,14 +176,16 @@ int64_t TrainOnData(Pipeline& pipe, const DataTrainingCli& cli, const po::variab
     std::string extra;
     if (r.accuracy) extra += "  accuracy " + Percent(*r.accuracy);
     if (r.perplexity) extra += "  perplexity " + std::to_string(*r.perplexity);
-    std::printf("eval after step %lld: loss %.6f%s (%lld examples)\n", static_cast<long long>(r.step), r.loss,
-                extra.c_str(), static_cast<long long>(r.examples));
+    std::printf("eval after step %lld: loss %.6f%s (%lld examples)\n",
+                static_cast<long long>(r.step), r.loss, extra.c_str(),
+                static_cast<long long>(r.examples));
     std::fflush(stdout);
   };
   const int64_t first = trainer.step();
   trainer.Run(on_step, on_eval, [&] {
     const bool stopping = stop(trainer.step());
-    if (!checkpoints.save.empty() && checkpoints.every > 0 && trainer.step() % checkpoints.every == 0 && !stopping) {
+    if (!checkpoints.save.empty() && checkpoints.every > 0 &&
+        trainer.step() % checkpoints.every == 0 && !stopping) {
       save("checkpoint: saved");
     }
     return stopping;

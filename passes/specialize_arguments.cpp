@@ -22,7 +22,8 @@ bool DoesHeavyWork(const torch::jit::Block* block) {
   return false;
 }
 
-bool ReadsAny(const torch::jit::Node* node, const std::unordered_set<const torch::jit::Value*>& values) {
+bool ReadsAny(const torch::jit::Node* node,
+              const std::unordered_set<const torch::jit::Value*>& values) {
   for (const torch::jit::Value* input : node->inputs()) {
     if (values.count(input)) return true;
   }
@@ -56,7 +57,8 @@ bool BranchesOn(const torch::jit::Graph& graph, const torch::jit::Value* input) 
 
 }  // namespace
 
-std::vector<size_t> FindBranchArguments(const torch::jit::Graph& graph, const std::vector<size_t>& candidates) {
+std::vector<size_t> FindBranchArguments(const torch::jit::Graph& graph,
+                                        const std::vector<size_t>& candidates) {
   std::vector<size_t> found;
   for (size_t k : candidates) {
     if (k < graph.inputs().size() && BranchesOn(graph, graph.inputs()[k])) found.push_back(k);

@@ -13,7 +13,8 @@ namespace gpipe {
 // leaves at their defaults) a top-level prim::If depends on whose blocks do
 // heavy work (a matrix product or a convolution). Such a branch is one
 // indivisible unit to the partitioner, however many layers it wraps.
-std::vector<size_t> FindBranchArguments(const torch::jit::Graph& graph, const std::vector<size_t>& candidates);
+std::vector<size_t> FindBranchArguments(const torch::jit::Graph& graph,
+                                        const std::vector<size_t>& candidates);
 
 // Replaces every use of each graph input by a constant of its value, then
 // folds constants, so that branches on them disappear. The inputs stay

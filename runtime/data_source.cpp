@@ -20,11 +20,13 @@ std::string ShapeText(at::IntArrayRef sizes) {
   return text.str();
 }
 
-std::string Describe(int64_t size, const std::vector<std::pair<std::vector<int64_t>, c10::ScalarType>>& inputs,
-                     const std::optional<std::pair<std::vector<int64_t>, c10::ScalarType>>& targets) {
+std::string Describe(
+    int64_t size, const std::vector<std::pair<std::vector<int64_t>, c10::ScalarType>>& inputs,
+    const std::optional<std::pair<std::vector<int64_t>, c10::ScalarType>>& targets) {
   std::string text = std::to_string(size) + " examples; inputs";
   for (const auto& [shape, dtype] : inputs) text += " " + ShapeText(shape) + " " + DtypeName(dtype);
-  text += targets ? "; targets " + ShapeText(targets->first) + " " + DtypeName(targets->second) : "; no targets";
+  text += targets ? "; targets " + ShapeText(targets->first) + " " + DtypeName(targets->second)
+                  : "; no targets";
   return text;
 }
 
@@ -39,12 +41,15 @@ class NpyDirectory : public DataSource {
     for (int k = 0; fs::exists(fs::path(dir) / ("inputs_" + std::to_string(k) + ".npy")); ++k) {
       TORCH_CHECK(inputs_.empty() || k > 0, "data directory '", dir,
                   "' has both inputs.npy and inputs_0.npy; keep one naming");
-      inputs_.push_back(MappedArray::OpenNpy((fs::path(dir) / ("inputs_" + std::to_string(k) + ".npy")).string()));
+      inputs_.push_back(MappedArray::OpenNpy(
+          (fs::path(dir) / ("inputs_" + std::to_string(k) + ".npy")).string()));
     }
     TORCH_CHECK(!inputs_.empty(), "data directory '", dir,
-                "' has no inputs.npy (or inputs_0.npy, inputs_1.npy, ... for several inputs); write them with "
+                "' has no inputs.npy (or inputs_0.npy, inputs_1.npy, ... for several inputs); "
+                "write them with "
                 "numpy.save");
-    if (fs::exists(fs::path(dir) / "targets.npy")) targets_ = MappedArray::OpenNpy((fs::path(dir) / "targets.npy").string());
+    if (fs::exists(fs::path(dir) / "targets.npy"))
+      targets_ = MappedArray::OpenNpy((fs::path(dir) / "targets.npy").string());
     for (const auto& array : inputs_) CheckRows(*array);
     if (targets_) CheckRows(*targets_);
   }
@@ -65,8 +70,8 @@ class NpyDirectory : public DataSource {
 
  private:
   void CheckRows(const MappedArray& array) const {
-    TORCH_CHECK(array.rows() == inputs_[0]->rows(), "data file '", array.path(), "' has ", array.rows(),
-                " rows but '", inputs_[0]->path(), "' has ", inputs_[0]->rows(),
+    TORCH_CHECK(array.rows() == inputs_[0]->rows(), "data file '", array.path(), "' has ",
+                array.rows(), " rows but '", inputs_[0]->path(), "' has ", inputs_[0]->rows(),
                 "; every array needs one row per example");
   }
   std::vector<std::shared_ptr<const MappedArray>> inputs_;
@@ -84,8 +89,10 @@ class SavedTensors : public DataSource {
     try {
       value = torch::pickle_load(bytes);
     } catch (const std::exception&) {
-      TORCH_CHECK(false, "data file '", path, "' is not a file torch.save wrote (or is damaged); write it with "
-                  "torch.save({\"inputs\": X, \"targets\": Y}, '", path, "')");
+      TORCH_CHECK(false, "data file '", path,
+                  "' is not a file torch.save wrote (or is damaged); write it with "
+                  "torch.save({\"inputs\": X, \"targets\": Y}, '",
+                  path, "')");
     }
     TORCH_CHECK(value.isGenericDict(), "data file '", path, "' holds a ", value.tagKind(),
                 "; save a dict: torch.save({\"inputs\": X, \"targets\": Y}, ...)");
@@ -97,20 +104,24 @@ class SavedTensors : public DataSource {
       return std::nullopt;
     };
     auto inputs = get("inputs");
-    TORCH_CHECK(inputs, "data file '", path, "' has no \"inputs\" entry; save {\"inputs\": X, \"targets\": Y}");
+    TORCH_CHECK(inputs, "data file '", path,
+                "' has no \"inputs\" entry; save {\"inputs\": X, \"targets\": Y}");
     if (inputs->isTensor()) {
       inputs_.push_back(inputs->toTensor());
     } else if (inputs->isList() || inputs->isTuple()) {
-      auto list = inputs->isList() ? inputs->toListRef().vec() : inputs->toTupleRef().elements().vec();
+      auto list =
+          inputs->isList() ? inputs->toListRef().vec() : inputs->toTupleRef().elements().vec();
       for (const auto& v : list) {
-        TORCH_CHECK(v.isTensor(), "data file '", path, "': \"inputs\" holds a ", v.tagKind(), "; only tensors");
+        TORCH_CHECK(v.isTensor(), "data file '", path, "': \"inputs\" holds a ", v.tagKind(),
+                    "; only tensors");
         inputs_.push_back(v.toTensor());
       }
     }
-    TORCH_CHECK(!inputs_.empty(), "data file '", path, "': \"inputs\" must be a tensor or a list of tensors");
+    TORCH_CHECK(!inputs_.empty(), "data file '", path,
+                "': \"inputs\" must be a tensor or a list of tensors");
     if (auto targets = get("targets"); targets && !targets->isNone()) {
-      TORCH_CHECK(targets->isTensor(), "data file '", path, "': \"targets\" holds a ", targets->tagKind(),
-                  "; save a tensor");
+      TORCH_CHECK(targets->isTensor(), "data file '", path, "': \"targets\" holds a ",
+                  targets->tagKind(), "; save a tensor");
       targets_ = targets->toTensor();
     }
     for (auto& t : inputs_) Check(path, t, "an input");
@@ -128,15 +139,17 @@ class SavedTensors : public DataSource {
     std::vector<std::pair<std::vector<int64_t>, c10::ScalarType>> inputs;
     for (const auto& t : inputs_) inputs.emplace_back(t.sizes().slice(1).vec(), t.scalar_type());
     std::optional<std::pair<std::vector<int64_t>, c10::ScalarType>> targets;
-    if (targets_.defined()) targets.emplace(targets_.sizes().slice(1).vec(), targets_.scalar_type());
+    if (targets_.defined())
+      targets.emplace(targets_.sizes().slice(1).vec(), targets_.scalar_type());
     return gpipe::Describe(size(), inputs, targets);
   }
 
  private:
   void Check(const std::string& path, at::Tensor& t, const char* what) {
-    TORCH_CHECK(t.dim() >= 1 && t.size(0) == inputs_[0].size(0) && t.size(0) > 0, "data file '", path, "': ",
-                what, " has shape ", ShapeText(t.sizes()), " but the first input has ",
-                ShapeText(inputs_[0].sizes()), "; every tensor needs one row per example along dim 0");
+    TORCH_CHECK(t.dim() >= 1 && t.size(0) == inputs_[0].size(0) && t.size(0) > 0, "data file '",
+                path, "': ", what, " has shape ", ShapeText(t.sizes()), " but the first input has ",
+                ShapeText(inputs_[0].sizes()),
+                "; every tensor needs one row per example along dim 0");
     t = t.contiguous();
   }
   std::vector<at::Tensor> inputs_;
@@ -196,12 +209,14 @@ class Slice : public DataSource {
 };
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 }  // namespace
 
-std::shared_ptr<const DataSource> OpenDataSource(const std::string& path, const DataOptions& options) {
+std::shared_ptr<const DataSource> OpenDataSource(const std::string& path,
+                                                 const DataOptions& options) {
   TORCH_CHECK(std::filesystem::exists(path), "data path '", path, "' does not exist");
   if (std::filesystem::is_directory(path)) return std::make_shared<NpyDirectory>(path);
   if (EndsWith(path, ".pt") || EndsWith(path, ".pth")) return std::make_shared<SavedTensors>(path);
@@ -210,12 +225,13 @@ std::shared_ptr<const DataSource> OpenDataSource(const std::string& path, const 
                 "' needs --seq-len L (tokens per example)");
     return std::make_shared<TokenWindows>(path, *options.seq_len, options.token_bits);
   }
-  TORCH_CHECK(false, "data path '", path, "' is neither a directory of .npy files, a .pt file from torch.save, ",
+  TORCH_CHECK(false, "data path '", path,
+              "' is neither a directory of .npy files, a .pt file from torch.save, ",
               "nor a .bin token file; see gpipe-run --help for the formats");
 }
 
-std::shared_ptr<const DataSource> SliceDataSource(std::shared_ptr<const DataSource> source, int64_t begin,
-                                                  int64_t end) {
+std::shared_ptr<const DataSource> SliceDataSource(std::shared_ptr<const DataSource> source,
+                                                  int64_t begin, int64_t end) {
   TORCH_CHECK(0 <= begin && begin < end && end <= source->size(), "examples [", begin, ", ", end,
               ") are not a part of ", source->size());
   return std::make_shared<Slice>(std::move(source), begin, end);

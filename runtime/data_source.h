@@ -42,12 +42,13 @@ class DataSource {
   virtual std::string Describe() const = 0;
 };
 
-std::shared_ptr<const DataSource> OpenDataSource(const std::string& path, const DataOptions& options = {});
+std::shared_ptr<const DataSource> OpenDataSource(const std::string& path,
+                                                 const DataOptions& options = {});
 
 // The examples [begin, end) of another source (e.g. the training part and
 // the held-out evaluation part of one file).
-std::shared_ptr<const DataSource> SliceDataSource(std::shared_ptr<const DataSource> source, int64_t begin,
-                                                  int64_t end);
+std::shared_ptr<const DataSource> SliceDataSource(std::shared_ptr<const DataSource> source,
+                                                  int64_t begin, int64_t end);
 
 // A DataSource as a torch::data batch dataset, so that torch::data's
 // DataLoader (its samplers, its background workers) can feed a pipeline;

@@ -26,7 +26,8 @@ constexpr size_t kMaxNpyHeader = 1 << 20;  // NumPy writes a few hundred bytes
 
 size_t FileSize(const std::string& path) {
   std::error_code error;
-  TORCH_CHECK(std::filesystem::is_regular_file(path, error), "data file '", path, "' does not exist");
+  TORCH_CHECK(std::filesystem::is_regular_file(path, error), "data file '", path,
+              "' does not exist");
   auto size = std::filesystem::file_size(path, error);
   TORCH_CHECK(!error, "cannot read the size of data file '", path, "': ", error.message());
   return static_cast<size_t>(size);
@@ -91,7 +92,8 @@ std::optional<std::vector<int64_t>> ParseShape(const std::string& text) {
     char c = k + 1 == text.size() ? ',' : text[k];
     if (c == ' ' || c == 'L') continue;
     if (c != ',') {
-      if (c < '0' || c > '9' || item.size() >= 18) return std::nullopt;  // 18 digits cannot overflow
+      if (c < '0' || c > '9' || item.size() >= 18)
+        return std::nullopt;  // 18 digits cannot overflow
       item += c;
       continue;
     }
@@ -113,38 +115,46 @@ std::shared_ptr<const MappedArray> MappedArray::OpenNpy(const std::string& path)
   TORCH_CHECK(in, "cannot open data file '", path, "'");
   char preamble[12] = {0};
   in.read(preamble, sizeof preamble);
-  if (static_cast<size_t>(in.gcount()) < 10 || std::memcmp(preamble, kNpyMagic, kNpyMagicBytes) != 0) {
+  if (static_cast<size_t>(in.gcount()) < 10 ||
+      std::memcmp(preamble, kNpyMagic, kNpyMagicBytes) != 0) {
     Refuse(path, "is not a NumPy .npy file (no \\x93NUMPY magic); write it with numpy.save");
   }
   const int major = static_cast<uint8_t>(preamble[6]);
   size_t header_bytes = 0, data_offset = 0;
   if (major == 1) {
-    header_bytes = static_cast<uint8_t>(preamble[8]) | (static_cast<size_t>(static_cast<uint8_t>(preamble[9])) << 8);
+    header_bytes = static_cast<uint8_t>(preamble[8]) |
+                   (static_cast<size_t>(static_cast<uint8_t>(preamble[9])) << 8);
     data_offset = 10 + header_bytes;
   } else if (major == 2 || major == 3) {
     if (in.gcount() < 12) Refuse(path, "is truncated inside its .npy header");
-    for (int b = 3; b >= 0; --b) header_bytes = (header_bytes << 8) | static_cast<uint8_t>(preamble[8 + b]);
+    for (int b = 3; b >= 0; --b)
+      header_bytes = (header_bytes << 8) | static_cast<uint8_t>(preamble[8 + b]);
     data_offset = 12 + header_bytes;
   } else {
     Refuse(path, "has .npy format version " + std::to_string(major) + "; versions 1 to 3 are read");
   }
-  if (header_bytes > kMaxNpyHeader || data_offset > file_bytes) Refuse(path, "is truncated inside its .npy header");
+  if (header_bytes > kMaxNpyHeader || data_offset > file_bytes)
+    Refuse(path, "is truncated inside its .npy header");
   std::string header(header_bytes, '\0');
   in.seekg(static_cast<std::streamoff>(data_offset - header_bytes));
   in.read(header.data(), static_cast<std::streamsize>(header_bytes));
-  if (static_cast<size_t>(in.gcount()) != header_bytes) Refuse(path, "is truncated inside its .npy header");
+  if (static_cast<size_t>(in.gcount()) != header_bytes)
+    Refuse(path, "is truncated inside its .npy header");
 
   auto descr = HeaderField(header, "descr");
   auto fortran = HeaderField(header, "fortran_order");
   auto shape_text = HeaderField(header, "shape");
-  if (!descr || !fortran || !shape_text) Refuse(path, "has a malformed .npy header (descr, fortran_order or shape missing)");
+  if (!descr || !fortran || !shape_text)
+    Refuse(path, "has a malformed .npy header (descr, fortran_order or shape missing)");
   std::string type_name = descr->size() >= 2 ? descr->substr(1, descr->size() - 2) : "";
   auto type = ParseDescr(type_name);
   if (!type) {
-    Refuse(path, "holds dtype '" + type_name + "', which is not read; save it as little-endian bool, int8-64, uint8-32 or "
-                 "float16-64 (e.g. arr.astype('<f4'))");
+    Refuse(path, "holds dtype '" + type_name +
+                     "', which is not read; save it as little-endian bool, int8-64, uint8-32 or "
+                     "float16-64 (e.g. arr.astype('<f4'))");
   }
-  if (*fortran != "False") Refuse(path, "is in Fortran order; save numpy.ascontiguousarray(arr) instead");
+  if (*fortran != "False")
+    Refuse(path, "is in Fortran order; save numpy.ascontiguousarray(arr) instead");
   auto shape = ParseShape(*shape_text);
   if (!shape) Refuse(path, "has a malformed shape " + *shape_text + " in its .npy header");
   if (shape->empty()) Refuse(path, "holds a single scalar; data needs one row per example");
@@ -158,12 +168,15 @@ std::shared_ptr<const MappedArray> MappedArray::OpenNpy(const std::string& path)
   array->dtype_ = !type->is_unsigned ? type->stored : (type->bytes == 2 ? c10::kInt : c10::kLong);
   array->item_bytes_ = type->bytes;
   std::optional<size_t> row_bytes = type->bytes;
-  for (int64_t d : array->row_shape_) row_bytes = row_bytes ? Multiply(*row_bytes, static_cast<size_t>(d), file_bytes) : row_bytes;
+  for (int64_t d : array->row_shape_)
+    row_bytes = row_bytes ? Multiply(*row_bytes, static_cast<size_t>(d), file_bytes) : row_bytes;
   std::optional<size_t> data_bytes =
-      row_bytes ? Multiply(*row_bytes, static_cast<size_t>(array->rows()), file_bytes) : std::nullopt;
+      row_bytes ? Multiply(*row_bytes, static_cast<size_t>(array->rows()), file_bytes)
+                : std::nullopt;
   if (!data_bytes || *data_bytes != file_bytes - data_offset) {
     Refuse(path, "claims shape " + *shape_text + " of " + type_name + " but holds " +
-                     std::to_string(file_bytes - data_offset) + " bytes of data; the file is truncated or not what its header says");
+                     std::to_string(file_bytes - data_offset) +
+                     " bytes of data; the file is truncated or not what its header says");
   }
   array->row_bytes_ = *row_bytes;
   array->Map(data_offset, *data_bytes, file_bytes);
@@ -175,8 +188,8 @@ std::shared_ptr<const MappedArray> MappedArray::OpenTokens(const std::string& pa
   const size_t file_bytes = FileSize(path);
   const size_t item = static_cast<size_t>(bits / 8);
   if (file_bytes % item != 0) {
-    Refuse(path, "has " + std::to_string(file_bytes) + " bytes, not a whole number of uint" + std::to_string(bits) +
-                     " tokens; is --token-dtype right?");
+    Refuse(path, "has " + std::to_string(file_bytes) + " bytes, not a whole number of uint" +
+                     std::to_string(bits) + " tokens; is --token-dtype right?");
   }
   auto array = std::shared_ptr<MappedArray>(new MappedArray());
   array->path_ = path;
@@ -220,18 +233,20 @@ at::Tensor MappedArray::Rows(const std::vector<int64_t>& indices) const {
   at::Tensor out = at::empty(sizes, at::TensorOptions().dtype(stored_));
   auto* dst = static_cast<uint8_t*>(out.data_ptr());
   for (size_t k = 0; k < indices.size(); ++k) {
-    TORCH_CHECK(indices[k] >= 0 && indices[k] < rows(), "row ", indices[k], " of data file '", path_,
-                "' is out of range (it has ", rows(), " rows)");
-    std::memcpy(dst + k * row_bytes_, data_ + static_cast<size_t>(indices[k]) * row_bytes_, row_bytes_);
+    TORCH_CHECK(indices[k] >= 0 && indices[k] < rows(), "row ", indices[k], " of data file '",
+                path_, "' is out of range (it has ", rows(), " rows)");
+    std::memcpy(dst + k * row_bytes_, data_ + static_cast<size_t>(indices[k]) * row_bytes_,
+                row_bytes_);
   }
   return Convert(out);
 }
 
 at::Tensor MappedArray::Elements(int64_t start, int64_t count) const {
-  TORCH_CHECK(start >= 0 && count >= 0 && start <= rows() - count, "elements [", start, ", ", start + count,
-              ") of data file '", path_, "' are out of range (it has ", rows(), ")");
+  TORCH_CHECK(start >= 0 && count >= 0 && start <= rows() - count, "elements [", start, ", ",
+              start + count, ") of data file '", path_, "' are out of range (it has ", rows(), ")");
   at::Tensor out = at::empty({count}, at::TensorOptions().dtype(stored_));
-  std::memcpy(out.data_ptr(), data_ + static_cast<size_t>(start) * item_bytes_, static_cast<size_t>(count) * item_bytes_);
+  std::memcpy(out.data_ptr(), data_ + static_cast<size_t>(start) * item_bytes_,
+              static_cast<size_t>(count) * item_bytes_);
   return Convert(out);
 }
 

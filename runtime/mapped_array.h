@@ -31,8 +31,10 @@ class MappedArray {
 
   const std::string& path() const { return path_; }
   int64_t rows() const { return shape_.empty() ? 0 : shape_[0]; }
-  const std::vector<int64_t>& row_shape() const { return row_shape_; }  // shape without the first dim
-  c10::ScalarType dtype() const { return dtype_; }                      // of the tensors Rows() returns
+  const std::vector<int64_t>& row_shape() const {
+    return row_shape_;
+  }                                                 // shape without the first dim
+  c10::ScalarType dtype() const { return dtype_; }  // of the tensors Rows() returns
 
   // Rows `indices` stacked: [indices.size(), row_shape...]; an index out of
   // range is an error naming the file.
@@ -48,9 +50,10 @@ class MappedArray {
   std::string path_;
   std::vector<int64_t> shape_;
   std::vector<int64_t> row_shape_;
-  c10::ScalarType stored_ = c10::kFloat;  // as in the file (kShort for uint16 etc. before conversion)
+  c10::ScalarType stored_ =
+      c10::kFloat;  // as in the file (kShort for uint16 etc. before conversion)
   c10::ScalarType dtype_ = c10::kFloat;
-  bool unsigned_ = false;                 // stored as uint16/uint32
+  bool unsigned_ = false;  // stored as uint16/uint32
   size_t item_bytes_ = 0;
   size_t row_bytes_ = 0;
   void* map_ = nullptr;

@@ -14,10 +14,10 @@ namespace gpipe {
 struct OptimizerOptions {
   std::string name = "sgd";  // sgd, adam or adamw
   double lr = 0.01;
-  double momentum = 0;       // sgd
-  bool nesterov = false;     // sgd (needs momentum)
+  double momentum = 0;                            // sgd
+  bool nesterov = false;                          // sgd (needs momentum)
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // adam, adamw
-  std::optional<double> weight_decay;  // default: 0, and 0.01 for adamw as in PyTorch
+  std::optional<double> weight_decay;             // default: 0, and 0.01 for adamw as in PyTorch
 };
 
 std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const std::vector<at::Tensor>& parameters,

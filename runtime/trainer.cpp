@@ -36,34 +36,41 @@ class ChunksForBatch {
 };
 
 // torch::data's loader over one pass of `order`, reading one batch ahead.
-auto MakeLoader(std::shared_ptr<const DataSource> source, std::vector<int64_t> order, int64_t batch_size) {
+auto MakeLoader(std::shared_ptr<const DataSource> source, std::vector<int64_t> order,
+                int64_t batch_size) {
   const size_t n = order.size();
-  return torch::data::make_data_loader(DataSourceDataset(std::move(source), std::move(order)),
-                                       torch::data::samplers::SequentialSampler(n),
-                                       torch::data::DataLoaderOptions(static_cast<size_t>(batch_size)).workers(1));
+  return torch::data::make_data_loader(
+      DataSourceDataset(std::move(source), std::move(order)),
+      torch::data::samplers::SequentialSampler(n),
+      torch::data::DataLoaderOptions(static_cast<size_t>(batch_size)).workers(1));
 }
 
 }  // namespace
 
-Trainer::Trainer(Pipeline& pipe, std::shared_ptr<const DataSource> train, std::shared_ptr<const DataSource> eval,
-                 TrainerOptions options)
+Trainer::Trainer(Pipeline& pipe, std::shared_ptr<const DataSource> train,
+                 std::shared_ptr<const DataSource> eval, TrainerOptions options)
     : pipe_(pipe), train_(std::move(train)), eval_(std::move(eval)), options_(std::move(options)) {
   TORCH_CHECK(options_.batch_size >= 1, "--batch-size must be at least 1");
   TORCH_CHECK(options_.grad_accum >= 1, "--grad-accum must be at least 1");
   TORCH_CHECK(options_.epochs >= 1, "--epochs must be at least 1");
   TORCH_CHECK(!options_.steps || *options_.steps >= 1, "--steps must be at least 1");
   TORCH_CHECK(options_.eval_every >= 0, "--eval-every must not be negative");
-  TORCH_CHECK(!options_.clip_grad_norm || *options_.clip_grad_norm > 0, "--clip-grad-norm must be positive");
+  TORCH_CHECK(!options_.clip_grad_norm || *options_.clip_grad_norm > 0,
+              "--clip-grad-norm must be positive");
   TORCH_CHECK(train_->size() >= 1, "the training data has no examples");
-  TORCH_CHECK(options_.batch_size >= pipe_.chunks(), "--batch-size ", options_.batch_size, " is smaller than the ",
-              pipe_.chunks(), " micro-batches of the pipeline; use --batch-size ", pipe_.chunks(),
+  TORCH_CHECK(options_.batch_size >= pipe_.chunks(), "--batch-size ", options_.batch_size,
+              " is smaller than the ", pipe_.chunks(),
+              " micro-batches of the pipeline; use --batch-size ", pipe_.chunks(),
               " or more, or --chunks ", options_.batch_size);
   optimizer_ = MakeOptimizer(pipe_.parameters(), options_.optimizer);
-  const int64_t steps_per_epoch = (batches_per_epoch() + options_.grad_accum - 1) / options_.grad_accum;
+  const int64_t steps_per_epoch =
+      (batches_per_epoch() + options_.grad_accum - 1) / options_.grad_accum;
   total_steps_ = options_.steps ? *options_.steps : options_.epochs * steps_per_epoch;
 }
 
-int64_t Trainer::batches_per_epoch() const { return (train_->size() + options_.batch_size - 1) / options_.batch_size; }
+int64_t Trainer::batches_per_epoch() const {
+  return (train_->size() + options_.batch_size - 1) / options_.batch_size;
+}
 
 std::vector<int64_t> Trainer::EpochOrder(int64_t epoch) const {
   const int64_t n = train_->size();
@@ -73,7 +80,8 @@ std::vector<int64_t> Trainer::EpochOrder(int64_t epoch) const {
   }
   // Its own generator: the order depends on the seed and the epoch only,
   // not on how many random numbers the model drew (dropout).
-  auto generator = at::make_generator<at::CPUGeneratorImpl>(options_.seed + static_cast<uint64_t>(epoch));
+  auto generator =
+      at::make_generator<at::CPUGeneratorImpl>(options_.seed + static_cast<uint64_t>(epoch));
   at::Tensor order = at::randperm(n, generator, at::kLong);
   return std::vector<int64_t>(order.data_ptr<int64_t>(), order.data_ptr<int64_t>() + n);
 }
@@ -90,7 +98,8 @@ std::optional<double> Trainer::ClipGradients() {
     grads.push_back(p.grad());
     squares += p.grad().detach().to(at::kDouble).pow(2).sum().cpu();
   }
-  if (options_.peers) options_.peers->AllReduceSum(squares, "the gradient norm for --clip-grad-norm");
+  if (options_.peers)
+    options_.peers->AllReduceSum(squares, "the gradient norm for --clip-grad-norm");
   const double norm = std::sqrt(squares.item<double>());
   const double coefficient = *options_.clip_grad_norm / (norm + 1e-6);
   if (coefficient < 1) {
@@ -101,7 +110,8 @@ std::optional<double> Trainer::ClipGradients() {
 }
 
 int64_t Trainer::Run(const std::function<void(const StepReport&)>& on_step,
-                     const std::function<void(const EvalReport&)>& on_eval, const std::function<bool()>& stop) {
+                     const std::function<void(const EvalReport&)>& on_eval,
+                     const std::function<bool()>& stop) {
   pipe_.train();
   int64_t& step = step_;
   StepReport report;
@@ -109,9 +119,11 @@ int64_t Trainer::Run(const std::function<void(const StepReport&)>& on_step,
   auto start = std::chrono::steady_clock::now();
   // One optimizer step over the accumulated mini-batches; true when training is over.
   auto finish_step = [&](int64_t epoch) {
-    if (in_group < options_.grad_accum) {  // an epoch's last, partial group: its mean, not a smaller sum
+    if (in_group <
+        options_.grad_accum) {  // an epoch's last, partial group: its mean, not a smaller sum
       at::NoGradGuard no_grad;
-      const double rescale = static_cast<double>(options_.grad_accum) / static_cast<double>(in_group);
+      const double rescale =
+          static_cast<double>(options_.grad_accum) / static_cast<double>(in_group);
       for (auto& p : pipe_.parameters()) {
         if (p.grad().defined()) p.mutable_grad().mul_(rescale);
       }
@@ -125,17 +137,20 @@ int64_t Trainer::Run(const std::function<void(const StepReport&)>& on_step,
     report.grad_norm = ClipGradients();
     SetLearningRate(*optimizer_, report.lr);
     optimizer_->step();
-    report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    report.seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     on_step(report);
     const bool last = step == total_steps_;
-    if (eval_ && (last || (options_.eval_every > 0 && step % options_.eval_every == 0))) on_eval(Evaluate(step));
+    if (eval_ && (last || (options_.eval_every > 0 && step % options_.eval_every == 0)))
+      on_eval(Evaluate(step));
     return last || stop();
   };
   for (; step < total_steps_; ++epoch_, batches_done_ = 0) {
     const int64_t epoch = epoch_;
     std::vector<int64_t> order = EpochOrder(epoch);  // from where a resumed run stopped
-    order.erase(order.begin(), order.begin() + std::min<int64_t>(batches_done_ * options_.batch_size,
-                                                                   static_cast<int64_t>(order.size())));
+    order.erase(order.begin(),
+                order.begin() + std::min<int64_t>(batches_done_ * options_.batch_size,
+                                                  static_cast<int64_t>(order.size())));
     if (order.empty()) continue;
     auto loader = MakeLoader(train_, std::move(order), options_.batch_size);
     for (DataBatch& batch : *loader) {
@@ -146,11 +161,14 @@ int64_t Trainer::Run(const std::function<void(const StepReport&)>& on_step,
       }
       const double scale = 1.0 / static_cast<double>(options_.grad_accum);
       ChunksForBatch chunks(pipe_, batch);
-      double loss = pipe_.train_step(AsArguments(batch), [&](const std::vector<at::Tensor>& outputs) {
-        return ComputeLoss(options_.loss, LossInput(options_.loss, outputs), batch.targets) * scale;
-      });
+      double loss =
+          pipe_.train_step(AsArguments(batch), [&](const std::vector<at::Tensor>& outputs) {
+            return ComputeLoss(options_.loss, LossInput(options_.loss, outputs), batch.targets) *
+                   scale;
+          });
       TORCH_CHECK(std::isfinite(loss), "step ", step + 1, ": the loss is ", loss,
-                  "; the weights were not updated. Lower --lr, clip with --clip-grad-norm, or find the first "
+                  "; the weights were not updated. Lower --lr, clip with --clip-grad-norm, or find "
+                  "the first "
                   "stage and micro-batch producing NaN/Inf with --detect-anomaly");
       report.loss += loss;
       report.examples += batch.inputs.at(0).size(0);
@@ -208,9 +226,11 @@ TrainingState Trainer::Capture() const {
 }
 
 void Trainer::Restore(const TrainingState& state, const std::string& checkpoint) {
-  if (auto mismatch = DescribeOptionMismatch(state.options, ResumeOptions(), checkpoint)) TORCH_CHECK(false, *mismatch);
+  if (auto mismatch = DescribeOptionMismatch(state.options, ResumeOptions(), checkpoint))
+    TORCH_CHECK(false, *mismatch);
   TORCH_CHECK(state.step < total_steps_, "checkpoint '", checkpoint, "' has done ", state.step,
-              " steps already, and this run ends at step ", total_steps_, "; give a larger --steps (it counts the "
+              " steps already, and this run ends at step ", total_steps_,
+              "; give a larger --steps (it counts the "
               "whole run's steps) or more --epochs");
   try {
     torch::serialize::InputArchive archive;
@@ -218,7 +238,8 @@ void Trainer::Restore(const TrainingState& state, const std::string& checkpoint)
     archive.load_from(bytes);
     optimizer_->load(archive);
   } catch (const c10::Error& e) {
-    TORCH_CHECK(false, "checkpoint '", checkpoint, "': its optimizer state does not fit this model's parameters (",
+    TORCH_CHECK(false, "checkpoint '", checkpoint,
+                "': its optimizer state does not fit this model's parameters (",
                 e.what_without_backtrace(), "); resume with the artifact it was saved from");
   }
   RngState rng;
@@ -248,10 +269,12 @@ EvalReport Trainer::Evaluate(int64_t step) {
     AccumulateEval(options_.loss, LossInput(options_.loss, outputs), batch.targets, totals);
   }
   pipe_.train(was_training);
-  if (options_.peers) {  // only the rank holding the outputs has counted: share its sums with every rank
-    at::Tensor sums = at::tensor({totals.loss_sum, totals.weight, static_cast<double>(totals.correct),
-                                  static_cast<double>(totals.classified), totals.language_model ? 1.0 : 0.0},
-                                 at::kDouble);
+  if (options_.peers) {  // only the rank holding the outputs has counted: share its sums with every
+                         // rank
+    at::Tensor sums =
+        at::tensor({totals.loss_sum, totals.weight, static_cast<double>(totals.correct),
+                    static_cast<double>(totals.classified), totals.language_model ? 1.0 : 0.0},
+                   at::kDouble);
     options_.peers->AllReduceSum(sums, "the evaluation after step " + std::to_string(step));
     const double* v = sums.data_ptr<double>();
     totals.loss_sum = v[0];
@@ -261,7 +284,8 @@ EvalReport Trainer::Evaluate(int64_t step) {
     totals.language_model = v[4] > 0;
   }
   report.loss = totals.weight > 0 ? totals.loss_sum / totals.weight : 0;
-  if (totals.classified > 0) report.accuracy = static_cast<double>(totals.correct) / static_cast<double>(totals.classified);
+  if (totals.classified > 0)
+    report.accuracy = static_cast<double>(totals.correct) / static_cast<double>(totals.classified);
   if (totals.language_model) report.perplexity = std::exp(report.loss);
   return report;
 }

@@ -18,11 +18,11 @@ struct TrainerOptions {
   int64_t batch_size = 32;
   std::optional<int64_t> steps;  // optimizer steps in all; unset: `epochs` passes over the data
   int64_t epochs = 1;
-  uint64_t seed = 0;             // the data order of epoch e is a permutation drawn from seed + e
+  uint64_t seed = 0;  // the data order of epoch e is a permutation drawn from seed + e
   bool shuffle = true;
-  int64_t grad_accum = 1;        // mini-batches per optimizer step
+  int64_t grad_accum = 1;                // mini-batches per optimizer step
   std::optional<double> clip_grad_norm;  // over every stage (and rank) together
-  int64_t eval_every = 0;        // optimizer steps between evaluations (0: only at the end)
+  int64_t eval_every = 0;                // optimizer steps between evaluations (0: only at the end)
   LossOptions loss;
   OptimizerOptions optimizer;
   LrSchedule schedule;
@@ -31,8 +31,8 @@ struct TrainerOptions {
 
 struct StepReport {
   int64_t step = 0, total = 0, epoch = 0;
-  double loss = 0;   // mean over the step's mini-batches
-  double lr = 0;     // the rate this step ran with
+  double loss = 0;                  // mean over the step's mini-batches
+  double lr = 0;                    // the rate this step ran with
   std::optional<double> grad_norm;  // before clipping (with clip_grad_norm)
   int64_t examples = 0;
   double seconds = 0;
@@ -54,8 +54,8 @@ struct EvalReport {
 // batch of an epoch is trained on, not dropped.
 class Trainer {
  public:
-  Trainer(Pipeline& pipe, std::shared_ptr<const DataSource> train, std::shared_ptr<const DataSource> eval,
-          TrainerOptions options);
+  Trainer(Pipeline& pipe, std::shared_ptr<const DataSource> train,
+          std::shared_ptr<const DataSource> eval, TrainerOptions options);
 
   int64_t total_steps() const { return total_steps_; }
   int64_t batches_per_epoch() const;
@@ -63,7 +63,8 @@ class Trainer {
   // Trains to total_steps(); `stop` is asked after every step (e.g. Ctrl-C).
   // Returns the steps done.
   int64_t Run(const std::function<void(const StepReport&)>& on_step,
-              const std::function<void(const EvalReport&)>& on_eval, const std::function<bool()>& stop);
+              const std::function<void(const EvalReport&)>& on_eval,
+              const std::function<bool()>& stop);
 
   EvalReport Evaluate(int64_t step);
   torch::optim::Optimizer& optimizer() { return *optimizer_; }

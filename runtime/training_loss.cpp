@@ -15,19 +15,23 @@ std::string Shape(const at::Tensor& t) {
   return text.str();
 }
 
-bool ClassLoss(const LossOptions& loss) { return loss.kind == "cross_entropy" || loss.kind == "nll"; }
+bool ClassLoss(const LossOptions& loss) {
+  return loss.kind == "cross_entropy" || loss.kind == "nll";
+}
 
 // Class losses take [N, C] against [N]: a language model's [B, L, V]
 // against [B, L] flattens its positions into the batch.
 std::pair<at::Tensor, at::Tensor> AsClassProblem(const LossOptions& loss, const at::Tensor& output,
                                                  const at::Tensor& targets) {
-  TORCH_CHECK(!at::isFloatingType(targets.scalar_type()),
-              "--loss ", loss.kind, " takes class indices as targets, but the targets are ",
-              targets.scalar_type(), "; store integer classes (or use --loss mse / bce_with_logits)");
+  TORCH_CHECK(!at::isFloatingType(targets.scalar_type()), "--loss ", loss.kind,
+              " takes class indices as targets, but the targets are ", targets.scalar_type(),
+              "; store integer classes (or use --loss mse / bce_with_logits)");
   TORCH_CHECK(output.dim() >= 2 && targets.dim() == output.dim() - 1 &&
                   output.sizes().slice(0, output.dim() - 1) == targets.sizes(),
-              "--loss ", loss.kind, " needs an output [N, C] against targets [N] (or [B, L, V] against [B, L]), "
-              "but the model's output is ", Shape(output), " and the targets are ", Shape(targets),
+              "--loss ", loss.kind,
+              " needs an output [N, C] against targets [N] (or [B, L, V] against [B, L]), "
+              "but the model's output is ",
+              Shape(output), " and the targets are ", Shape(targets),
               "; check the data's targets or choose another --loss");
   const int64_t classes = output.size(-1);
   return {output.reshape({-1, classes}), targets.reshape({-1}).to(at::kLong)};
@@ -42,36 +46,45 @@ LossOptions ParseLoss(const std::string& kind, int64_t ignore_index) {
   TORCH_CHECK(false, "unknown --loss '", kind, "'; use ", kLossNames);
 }
 
-bool LossNeedsTargets(const LossOptions& loss) { return loss.kind != "model" && loss.kind != "sum"; }
+bool LossNeedsTargets(const LossOptions& loss) {
+  return loss.kind != "model" && loss.kind != "sum";
+}
 
 at::Tensor LossInput(const LossOptions& loss, const std::vector<at::Tensor>& outputs) {
   for (const auto& o : outputs) {
     if (!o.defined() || !at::isFloatingType(o.scalar_type())) continue;
     if (loss.kind != "model" || o.dim() == 0) return o;
   }
-  TORCH_CHECK(loss.kind != "model", "--loss model needs the model to return its loss (a 0-dim tensor), and it "
-              "returns none; give the model its labels so that it computes one, or choose --loss ", kLossNames);
+  TORCH_CHECK(loss.kind != "model",
+              "--loss model needs the model to return its loss (a 0-dim tensor), and it "
+              "returns none; give the model its labels so that it computes one, or choose --loss ",
+              kLossNames);
   TORCH_CHECK(false, "the model returns no floating-point tensor to compute the loss from");
 }
 
-at::Tensor ComputeLoss(const LossOptions& loss, const at::Tensor& output, const at::Tensor& targets) {
+at::Tensor ComputeLoss(const LossOptions& loss, const at::Tensor& output,
+                       const at::Tensor& targets) {
   if (loss.kind == "model") return output;
   if (loss.kind == "sum") return output.sum();
   TORCH_CHECK(targets.defined(), "--loss ", loss.kind, " needs targets, and the data has none");
   if (ClassLoss(loss)) {
     auto [logits, classes] = AsClassProblem(loss, output, targets);
-    return loss.kind == "cross_entropy" ? at::cross_entropy_loss(logits, classes, {}, at::Reduction::Mean, loss.ignore_index)
-                                        : at::nll_loss(logits, classes, {}, at::Reduction::Mean, loss.ignore_index);
+    return loss.kind == "cross_entropy"
+               ? at::cross_entropy_loss(logits, classes, {}, at::Reduction::Mean, loss.ignore_index)
+               : at::nll_loss(logits, classes, {}, at::Reduction::Mean, loss.ignore_index);
   }
-  TORCH_CHECK(output.sizes() == targets.sizes(), "--loss ", loss.kind, " compares the output with targets of its "
-              "shape, but the model's output is ", Shape(output), " and the targets are ", Shape(targets),
+  TORCH_CHECK(output.sizes() == targets.sizes(), "--loss ", loss.kind,
+              " compares the output with targets of its "
+              "shape, but the model's output is ",
+              Shape(output), " and the targets are ", Shape(targets),
               "; check the data's targets or choose another --loss");
   at::Tensor want = targets.to(output.scalar_type());
   if (loss.kind == "mse") return at::mse_loss(output, want);
   return at::binary_cross_entropy_with_logits(output, want);
 }
 
-void AccumulateEval(const LossOptions& loss, const at::Tensor& output, const at::Tensor& targets, EvalTotals& totals) {
+void AccumulateEval(const LossOptions& loss, const at::Tensor& output, const at::Tensor& targets,
+                    EvalTotals& totals) {
   at::Tensor value = ComputeLoss(loss, output, targets);
   if (!ClassLoss(loss)) {
     const double n = output.dim() == 0 ? 1.0 : static_cast<double>(output.size(0));

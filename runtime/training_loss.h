@@ -32,16 +32,17 @@ at::Tensor LossInput(const LossOptions& loss, const std::vector<at::Tensor>& out
 
 // The mean loss of the mini-batch. A target of the wrong shape or dtype is
 // one line naming both shapes and the fix.
-at::Tensor ComputeLoss(const LossOptions& loss, const at::Tensor& output, const at::Tensor& targets);
+at::Tensor ComputeLoss(const LossOptions& loss, const at::Tensor& output,
+                       const at::Tensor& targets);
 
 // What an evaluation reports besides the loss: classification top-1
 // accuracy (cross_entropy/nll with class targets), or a language model's
 // perplexity (cross_entropy/nll over tokens). Sums, to add up over batches.
 struct EvalTotals {
-  double loss_sum = 0;       // loss x examples (or tokens)
-  double weight = 0;         // examples (or counted tokens)
-  int64_t correct = 0;       // classification: right top-1 predictions
-  int64_t classified = 0;    // classification: examples
+  double loss_sum = 0;     // loss x examples (or tokens)
+  double weight = 0;       // examples (or counted tokens)
+  int64_t correct = 0;     // classification: right top-1 predictions
+  int64_t classified = 0;  // classification: examples
   bool language_model = false;
 };
 void AccumulateEval(const LossOptions& loss, const at::Tensor& output, const at::Tensor& targets,

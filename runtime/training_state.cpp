@@ -56,14 +56,16 @@ TrainingState ParseTrainingState(const std::string& bytes, const std::string& wh
     };
     auto read_int = [&](const char* key) {
       at::Tensor t = read(key);
-      TORCH_CHECK(t.scalar_type() == at::kLong && t.numel() == 1, "field ", key, " is not one integer");
+      TORCH_CHECK(t.scalar_type() == at::kLong && t.numel() == 1, "field ", key,
+                  " is not one integer");
       return t.item<int64_t>();
     };
     TORCH_CHECK(read_int("format") == kFormat, "its format is not ", kFormat);
     state.step = read_int("step");
     state.epoch = read_int("epoch");
     state.batches_done = read_int("batches_done");
-    TORCH_CHECK(state.step >= 0 && state.epoch >= 0 && state.batches_done >= 0, "a position is negative");
+    TORCH_CHECK(state.step >= 0 && state.epoch >= 0 && state.batches_done >= 0,
+                "a position is negative");
     state.optimizer = TextOf(read("optimizer"));
     state.cpu_rng = read("cpu_rng");
     std::istringstream lines(TextOf(read("options")));
@@ -73,7 +75,8 @@ TrainingState ParseTrainingState(const std::string& bytes, const std::string& wh
       state.options[line.substr(0, eq)] = line.substr(eq + 1);
     }
   } catch (const c10::Error& e) {
-    TORCH_CHECK(false, "checkpoint '", where, "' has a damaged training state (", e.what_without_backtrace(),
+    TORCH_CHECK(false, "checkpoint '", where, "' has a damaged training state (",
+                e.what_without_backtrace(),
                 "); resume from an earlier checkpoint, or train afresh without --resume");
   }
   return state;
@@ -86,8 +89,9 @@ std::optional<std::string> DescribeOptionMismatch(const std::map<std::string, st
     auto it = saved.find(name);
     const std::string before = it == saved.end() ? "(unset)" : it->second;
     if (before == value) continue;
-    return "checkpoint '" + checkpoint + "' was trained with " + name + " " + before + ", and this run asks for " +
-           value + "; resume with the options it was trained with (or train afresh without --resume)";
+    return "checkpoint '" + checkpoint + "' was trained with " + name + " " + before +
+           ", and this run asks for " + value +
+           "; resume with the options it was trained with (or train afresh without --resume)";
   }
   return std::nullopt;
 }

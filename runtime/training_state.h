@@ -15,11 +15,11 @@ namespace gpipe {
 // optimizer's moments, the schedule's position and the random numbers
 // (dropout) all as the uninterrupted run would have them.
 struct TrainingState {
-  int64_t step = 0;           // optimizer steps done
-  int64_t epoch = 0;          // the epoch the next mini-batch comes from (0-based)
-  int64_t batches_done = 0;   // mini-batches of that epoch already trained on
-  std::string optimizer;      // torch::optim's own serialization (Optimizer::save)
-  at::Tensor cpu_rng;         // the default CPU generator's state
+  int64_t step = 0;          // optimizer steps done
+  int64_t epoch = 0;         // the epoch the next mini-batch comes from (0-based)
+  int64_t batches_done = 0;  // mini-batches of that epoch already trained on
+  std::string optimizer;     // torch::optim's own serialization (Optimizer::save)
+  at::Tensor cpu_rng;        // the default CPU generator's state
   // What the run was started with that the continuation must share (the
   // optimizer and its settings, the loss, the batch size, the data's size):
   // name -> value, compared one by one on resume.

@@ -30,7 +30,8 @@ using testing::TestModel;
 // order from its own generator, cross-entropy, accumulation over `accum`
 // batches (an epoch's last, partial group averaged over what it has),
 // torch::nn::utils::clip_grad_norm_, the schedule, Adam.
-void TrainOriginal(torch::jit::Module& model, const DataSource& data, const TrainerOptions& o, int64_t epochs) {
+void TrainOriginal(torch::jit::Module& model, const DataSource& data, const TrainerOptions& o,
+                   int64_t epochs) {
   std::vector<at::Tensor> params;
   for (const auto& p : model.parameters()) params.push_back(p);
   auto optimizer = MakeOptimizer(params, o.optimizer);
@@ -39,14 +40,17 @@ void TrainOriginal(torch::jit::Module& model, const DataSource& data, const Trai
   const int64_t total = epochs * ((batches + o.grad_accum - 1) / o.grad_accum);
   int64_t step = 0;
   for (int64_t epoch = 0; epoch < epochs; ++epoch) {
-    auto generator = at::make_generator<at::CPUGeneratorImpl>(o.seed + static_cast<uint64_t>(epoch));
+    auto generator =
+        at::make_generator<at::CPUGeneratorImpl>(o.seed + static_cast<uint64_t>(epoch));
     at::Tensor order = at::randperm(n, generator, at::kLong);
     for (int64_t first = 0; first < batches; first += o.grad_accum) {
       optimizer->zero_grad();
       const int64_t group = std::min(o.grad_accum, batches - first);
       for (int64_t b = first; b < first + group; ++b) {
-        at::Tensor rows = order.narrow(0, b * o.batch_size, std::min(o.batch_size, n - b * o.batch_size));
-        DataBatch batch = data.Get(std::vector<int64_t>(rows.data_ptr<int64_t>(), rows.data_ptr<int64_t>() + rows.numel()));
+        at::Tensor rows =
+            order.narrow(0, b * o.batch_size, std::min(o.batch_size, n - b * o.batch_size));
+        DataBatch batch = data.Get(std::vector<int64_t>(rows.data_ptr<int64_t>(),
+                                                        rows.data_ptr<int64_t>() + rows.numel()));
         at::Tensor logits = model.forward({batch.inputs[0]}).toTensor();
         (at::cross_entropy_loss(logits, batch.targets) / static_cast<double>(group)).backward();
       }
@@ -67,7 +71,7 @@ TEST(Training, TrainerEndsWithTheWeightsOfThePlainLoopOnTheOriginal) {
   options.batch_size = 12;  // 12, 12, 12 and an uneven 4
   options.epochs = 2;
   options.seed = 5;
-  options.grad_accum = 3;   // steps of 3 batches and of the last 1
+  options.grad_accum = 3;  // steps of 3 batches and of the last 1
   options.clip_grad_norm = 0.5;
   options.loss = ParseLoss("cross_entropy");
   options.optimizer.name = "adam";
@@ -115,30 +119,39 @@ TEST(Training, LearningRateSchedulesMatchTheirDefinitions) {
   }
   EXPECT_EQ(linear, (std::vector<double>{0, 0.5, 1, 0.75, 0.5, 0.25}));
   EXPECT_EQ(constant, (std::vector<double>{0, 0.5, 1, 1, 1, 1}));
-  const std::vector<double> want{0, 0.5, 1, 0.5 * (1 + std::cos(M_PI / 4)), 0.5, 0.5 * (1 + std::cos(3 * M_PI / 4))};
+  const std::vector<double> want{
+      0, 0.5, 1, 0.5 * (1 + std::cos(M_PI / 4)), 0.5, 0.5 * (1 + std::cos(3 * M_PI / 4))};
   for (size_t k = 0; k < want.size(); ++k) EXPECT_NEAR(cosine[k], want[k], 1e-12) << k;
-  EXPECT_EQ(ErrorOf([] { ParseLrSchedule("step", 0); }), "unknown --lr-schedule 'step'; use constant, cosine or linear");
+  EXPECT_EQ(ErrorOf([] { ParseLrSchedule("step", 0); }),
+            "unknown --lr-schedule 'step'; use constant, cosine or linear");
 }
 
 TEST(Training, GpipeRunTrainsAClassifierAndALanguageModelOnFiles) {
   TempDir dir;
-  auto compiled = RunCli("gpipe-compile", TestModel("big_first.pt") + " -o " + dir.path("c.gpipe") + " --stages 2 --chunks 2");
+  auto compiled = RunCli("gpipe-compile", TestModel("big_first.pt") + " -o " + dir.path("c.gpipe") +
+                                              " --stages 2 --chunks 2");
   ASSERT_EQ(compiled.exit_code, 0) << compiled.output;
-  auto run = RunCli("gpipe-run", dir.path("c.gpipe") + " --train --data " + TestModel("data_cls") +
-                                     " --eval-fraction 0.2 --batch-size 16 --epochs 2 --optimizer adamw --lr 0.01"
-                                     " --lr-schedule linear --warmup-steps 1 --clip-grad-norm 1 --eval-every 3"
-                                     " --save " + dir.path("trained.gpipe"));
+  auto run = RunCli(
+      "gpipe-run", dir.path("c.gpipe") + " --train --data " + TestModel("data_cls") +
+                       " --eval-fraction 0.2 --batch-size 16 --epochs 2 --optimizer adamw --lr 0.01"
+                       " --lr-schedule linear --warmup-steps 1 --clip-grad-norm 1 --eval-every 3"
+                       " --save " +
+                       dir.path("trained.gpipe"));
   ASSERT_EQ(run.exit_code, 0) << run.output;
-  EXPECT_OUTPUT_HAS(run, "data " + TestModel("data_cls") + ": 50 examples; inputs [100] float32; targets [] int64\n");
-  EXPECT_OUTPUT_HAS(run, "training on 40 examples, evaluating on 10: batch 16, 3 batches per epoch, 6 steps, adamw, "
-                         "loss cross_entropy\n");
+  EXPECT_OUTPUT_HAS(run, "data " + TestModel("data_cls") +
+                             ": 50 examples; inputs [100] float32; targets [] int64\n");
+  EXPECT_OUTPUT_HAS(
+      run,
+      "training on 40 examples, evaluating on 10: batch 16, 3 batches per epoch, 6 steps, adamw, "
+      "loss cross_entropy\n");
   EXPECT_OUTPUT_HAS(run, "step 6/6  epoch 2  loss ");
   EXPECT_OUTPUT_HAS(run, "eval after step 3: loss ");
   EXPECT_OUTPUT_HAS(run, "eval after step 6: loss ");
   EXPECT_OUTPUT_HAS(run, "accuracy ");
   EXPECT_OUTPUT_HAS(run, "saved " + dir.path("trained.gpipe"));
 
-  compiled = RunCli("gpipe-compile", TestModel("gpt.pt") + " -o " + dir.path("g.gpipe") + " --stages 2 --chunks 2");
+  compiled = RunCli("gpipe-compile",
+                    TestModel("gpt.pt") + " -o " + dir.path("g.gpipe") + " --stages 2 --chunks 2");
   ASSERT_EQ(compiled.exit_code, 0) << compiled.output;
   auto lm = RunCli("gpipe-run", dir.path("g.gpipe") + " --train --data " + TestModel("tokens.bin") +
                                     " --seq-len 16 --eval-data " + TestModel("tokens.bin") +
@@ -155,29 +168,37 @@ TEST(Training, GpipeRunTrainsAClassifierAndALanguageModelOnFiles) {
 // 2 per epoch: the run stops mid-epoch at step 3 and crosses into epoch 2.
 TEST(Training, AResumedRunEndsWithTheUninterruptedRunsWeightsBitwise) {
   TempDir dir;
-  auto compiled = RunCli("gpipe-compile", TestModel("gpt.pt") + " -o " + dir.path("g.gpipe") + " --stages 2 --chunks 2");
+  auto compiled = RunCli("gpipe-compile", TestModel("gpt.pt") + " -o " + dir.path("g.gpipe") +
+                                              " --stages 2 --chunks 2");
   ASSERT_EQ(compiled.exit_code, 0) << compiled.output;
-  const std::string common = " --train --data " + TestModel("tokens.bin") + " --seq-len 16 --eval-fraction 0.1"
-                             " --batch-size 8 --grad-accum 2 --optimizer adamw --lr 0.003 --warmup-steps 2"
-                             " --clip-grad-norm 1 --eval-every 2 --seed 3";
-  auto whole = RunCli("gpipe-run", dir.path("g.gpipe") + common + " --steps 6 --save " + dir.path("whole.gpipe"));
+  const std::string common =
+      " --train --data " + TestModel("tokens.bin") +
+      " --seq-len 16 --eval-fraction 0.1"
+      " --batch-size 8 --grad-accum 2 --optimizer adamw --lr 0.003 --warmup-steps 2"
+      " --clip-grad-norm 1 --eval-every 2 --seed 3";
+  auto whole = RunCli(
+      "gpipe-run", dir.path("g.gpipe") + common + " --steps 6 --save " + dir.path("whole.gpipe"));
   ASSERT_EQ(whole.exit_code, 0) << whole.output;
-  auto first = RunCli("gpipe-run", dir.path("g.gpipe") + common + " --steps 3 --save " + dir.path("half.gpipe"));
+  auto first = RunCli("gpipe-run",
+                      dir.path("g.gpipe") + common + " --steps 3 --save " + dir.path("half.gpipe"));
   ASSERT_EQ(first.exit_code, 0) << first.output;
-  auto rest = RunCli("gpipe-run", dir.path("half.gpipe") + common + " --resume --steps 6 --save " + dir.path("resumed.gpipe"));
+  auto rest = RunCli("gpipe-run", dir.path("half.gpipe") + common + " --resume --steps 6 --save " +
+                                      dir.path("resumed.gpipe"));
   ASSERT_EQ(rest.exit_code, 0) << rest.output;
   EXPECT_OUTPUT_HAS(rest, "resuming " + dir.path("half.gpipe") + " after step 3\n");
   EXPECT_OUTPUT_HAS(rest, "step 4/6  epoch 1  loss ");
   EXPECT_OUTPUT_HAS(rest, "step 5/6  epoch 2  loss ");
   auto line = [](const std::string& output, const std::string& prefix) {
     size_t at = output.find(prefix);
-    return at == std::string::npos ? "missing " + prefix : output.substr(at, output.find("  lr", at) - at);
+    return at == std::string::npos ? "missing " + prefix
+                                   : output.substr(at, output.find("  lr", at) - at);
   };
   EXPECT_EQ(line(rest.output, "step 6/6"), line(whole.output, "step 6/6"));
   auto want = Pipeline::load(dir.path("whole.gpipe")).named_parameters();
   auto got = Pipeline::load(dir.path("resumed.gpipe")).named_parameters();
   ASSERT_EQ(want.size(), got.size());
-  for (size_t k = 0; k < want.size(); ++k) EXPECT_TRUE(torch::equal(want[k].second, got[k].second)) << want[k].first;
+  for (size_t k = 0; k < want.size(); ++k)
+    EXPECT_TRUE(torch::equal(want[k].second, got[k].second)) << want[k].first;
 
   auto error_of = [&](const std::string& art, const std::string& args) {
     auto r = RunCli("gpipe-run", art + common + " --resume " + args);
@@ -185,35 +206,47 @@ TEST(Training, AResumedRunEndsWithTheUninterruptedRunsWeightsBitwise) {
     return testing::LastLine(r.output);
   };
   EXPECT_EQ(error_of(dir.path("half.gpipe"), "--steps 6 --ignore-index 0"),
-            "gpipe-run: error: checkpoint '" + dir.path("half.gpipe") + "' was trained with --ignore-index -100, and "
-            "this run asks for 0; resume with the options it was trained with (or train afresh without --resume)\n");
-  EXPECT_EQ(error_of(dir.path("half.gpipe"), "--steps 3"),
-            "gpipe-run: error: checkpoint '" + dir.path("half.gpipe") + "' has done 3 steps already, and this run ends "
-            "at step 3; give a larger --steps (it counts the whole run's steps) or more --epochs\n");
+            "gpipe-run: error: checkpoint '" + dir.path("half.gpipe") +
+                "' was trained with --ignore-index -100, and "
+                "this run asks for 0; resume with the options it was trained with (or train afresh "
+                "without --resume)\n");
+  EXPECT_EQ(
+      error_of(dir.path("half.gpipe"), "--steps 3"),
+      "gpipe-run: error: checkpoint '" + dir.path("half.gpipe") +
+          "' has done 3 steps already, and this run ends "
+          "at step 3; give a larger --steps (it counts the whole run's steps) or more --epochs\n");
   EXPECT_EQ(error_of(dir.path("g.gpipe"), "--steps 6"),
-            "gpipe-run: error: '" + dir.path("g.gpipe") + "' has no training state to resume (it was written by "
-            "gpipe-compile, or by a run without --data); train from it without --resume\n");
+            "gpipe-run: error: '" + dir.path("g.gpipe") +
+                "' has no training state to resume (it was written by "
+                "gpipe-compile, or by a run without --data); train from it without --resume\n");
 }
 
 // Two ranks train on the same file as one process does: the same batches,
 // the gradient norm for clipping summed over both ranks' stages.
 TEST(Training, TwoProcessesTrainOnDataLikeOneProcess) {
   TempDir dir;
-  auto compiled = RunCli("gpipe-compile", TestModel("big_first.pt") + " -o " + dir.path("c.gpipe") + " --stages 2 --chunks 2");
+  auto compiled = RunCli("gpipe-compile", TestModel("big_first.pt") + " -o " + dir.path("c.gpipe") +
+                                              " --stages 2 --chunks 2");
   ASSERT_EQ(compiled.exit_code, 0) << compiled.output;
-  const std::string options = " --train --data " + TestModel("data_cls.pt") + " --eval-fraction 0.2 --batch-size 8"
-                              " --epochs 2 --optimizer sgd --momentum 0.9 --lr 0.05 --clip-grad-norm 0.3";
-  auto one = RunCli("gpipe-run", dir.path("c.gpipe") + options + " --save " + dir.path("one.gpipe"));
+  const std::string options =
+      " --train --data " + TestModel("data_cls.pt") +
+      " --eval-fraction 0.2 --batch-size 8"
+      " --epochs 2 --optimizer sgd --momentum 0.9 --lr 0.05 --clip-grad-norm 0.3";
+  auto one =
+      RunCli("gpipe-run", dir.path("c.gpipe") + options + " --save " + dir.path("one.gpipe"));
   ASSERT_EQ(one.exit_code, 0) << one.output;
-  auto two = RunCli("gpipe-launch", "--nproc 2 " + dir.path("c.gpipe") + options + " --save " + dir.path("two.gpipe"));
+  auto two = RunCli("gpipe-launch", "--nproc 2 " + dir.path("c.gpipe") + options + " --save " +
+                                        dir.path("two.gpipe"));
   ASSERT_EQ(two.exit_code, 0) << two.output;
-  EXPECT_OUTPUT_HAS(two, "[rank 0] saved " + dir.path("two.gpipe") + " after step 10 (weights only: several processes' "
-                         "optimizer states are not saved)");
+  EXPECT_OUTPUT_HAS(two, "[rank 0] saved " + dir.path("two.gpipe") +
+                             " after step 10 (weights only: several processes' "
+                             "optimizer states are not saved)");
   auto eval_line = [](const std::string& output, const std::string& prefix) {
     size_t at = output.find(prefix + "eval after step 10: loss ");
     return at == std::string::npos ? std::string("missing") : output.substr(at + prefix.size(), 40);
   };
-  EXPECT_EQ(eval_line(two.output, "[rank 0] "), eval_line(one.output, ""));  // counted on rank 1, printed by rank 0
+  EXPECT_EQ(eval_line(two.output, "[rank 0] "),
+            eval_line(one.output, ""));  // counted on rank 1, printed by rank 0
   auto want = Pipeline::load(dir.path("one.gpipe")).named_parameters();
   auto got = Pipeline::load(dir.path("two.gpipe")).named_parameters();
   ASSERT_EQ(want.size(), got.size());
@@ -224,7 +257,8 @@ TEST(Training, TwoProcessesTrainOnDataLikeOneProcess) {
 
 TEST(Training, BadDataOptionsAreOneLineErrors) {
   TempDir dir;
-  auto compiled = RunCli("gpipe-compile", TestModel("big_first.pt") + " -o " + dir.path("c.gpipe") + " --stages 2 --chunks 2");
+  auto compiled = RunCli("gpipe-compile", TestModel("big_first.pt") + " -o " + dir.path("c.gpipe") +
+                                              " --stages 2 --chunks 2");
   ASSERT_EQ(compiled.exit_code, 0) << compiled.output;
   const std::string art = dir.path("c.gpipe");
   auto error_of = [&](const std::string& args) {
@@ -232,13 +266,17 @@ TEST(Training, BadDataOptionsAreOneLineErrors) {
     EXPECT_NE(r.exit_code, 0) << r.output;
     return testing::LastLine(r.output);  // after the artifact's summary
   };
-  EXPECT_EQ(error_of("--data " + TestModel("data_cls")), "gpipe-run: --data needs --train; see gpipe-run --help\n");
+  EXPECT_EQ(error_of("--data " + TestModel("data_cls")),
+            "gpipe-run: --data needs --train; see gpipe-run --help\n");
   EXPECT_EQ(error_of("--train --data " + TestModel("data_cls") + " --batch-size 1"),
-            "gpipe-run: error: --batch-size 1 is smaller than the 2 micro-batches of the pipeline; use --batch-size "
+            "gpipe-run: error: --batch-size 1 is smaller than the 2 micro-batches of the pipeline; "
+            "use --batch-size "
             "2 or more, or --chunks 1\n");
-  EXPECT_EQ(error_of("--train --data " + TestModel("data_cls") + " --loss mse"),
-            "gpipe-run: error: --loss mse compares the output with targets of its shape, but the model's output is "
-            "[32, 10] and the targets are [32]; check the data's targets or choose another --loss\n");
+  EXPECT_EQ(
+      error_of("--train --data " + TestModel("data_cls") + " --loss mse"),
+      "gpipe-run: error: --loss mse compares the output with targets of its shape, but the model's "
+      "output is "
+      "[32, 10] and the targets are [32]; check the data's targets or choose another --loss\n");
   EXPECT_EQ(error_of("--train --data " + TestModel("data_cls") + " --eval-fraction 1"),
             "gpipe-run: error: --eval-fraction 1 must be in [0, 1)\n");
   EXPECT_EQ(error_of("--train --data " + dir.path("nowhere")),
@@ -246,7 +284,8 @@ TEST(Training, BadDataOptionsAreOneLineErrors) {
   EXPECT_EQ(error_of("--train --data " + TestModel("data_cls") + " --optimizer lion"),
             "gpipe-run: error: unknown --optimizer 'lion'; use sgd, adam or adamw\n");
   EXPECT_EQ(error_of("--train --sample-input 4x100 --loss cross_entropy"),
-            "gpipe-run: error: --loss cross_entropy needs targets from --data; on random inputs use mse or sum\n");
+            "gpipe-run: error: --loss cross_entropy needs targets from --data; on random inputs "
+            "use mse or sum\n");
 }
 
 }  // namespace

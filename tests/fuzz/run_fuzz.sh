@@ -1,17 +1,29 @@
 #!/usr/bin/env bash
-# Builds the manifest fuzzer with clang (libFuzzer + ASan + UBSan) and runs it.
-#   tests/fuzz/run_fuzz.sh [SECONDS]   (default 60)
-# Crashes are written to tests/fuzz/crashes/; add each, fixed, as a regression
-# test in tests/runtime/test_manifest.cpp.
+# Builds the fuzzers with clang (libFuzzer + ASan + UBSan) and runs one.
+#   tests/fuzz/run_fuzz.sh [SECONDS] [TARGET]   (default 60 s, manifest)
+# TARGET: manifest (manifest.json) or data_readers (.npy, token files, the
+# training state of a checkpoint). Crashes are written to tests/fuzz/crashes/;
+# add each, fixed, as a regression test (tests/runtime/test_manifest.cpp,
+# tests/runtime/test_data_source.cpp).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SECONDS_TO_RUN=${1:-60}
+TARGET=${2:-manifest}
 OUT=${FUZZ_BUILD:-build-fuzz}
 mkdir -p "$OUT" tests/fuzz/crashes
-clang++ -std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize=vptr \
-  -D_GLIBCXX_USE_CXX11_ABI=1 -I. tests/fuzz/fuzz_manifest.cpp runtime/manifest.cpp runtime/checkpoint_mode.cpp \
-  -lc10 -o "$OUT/fuzz_manifest"
-mkdir -p "$OUT/corpus"
-cp -n tests/fuzz/corpus/* "$OUT/corpus/" 2>/dev/null || true
-"$OUT/fuzz_manifest" "$OUT/corpus" -max_total_time="$SECONDS_TO_RUN" -max_len=4096 \
+FLAGS=(-std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize=vptr -D_GLIBCXX_USE_CXX11_ABI=1 -I.)
+case "$TARGET" in
+  manifest)
+    clang++ "${FLAGS[@]}" tests/fuzz/fuzz_manifest.cpp runtime/manifest.cpp runtime/checkpoint_mode.cpp \
+      -lc10 -o "$OUT/fuzz_manifest"
+    CORPUS=tests/fuzz/corpus ;;
+  data_readers)
+    clang++ "${FLAGS[@]}" -isystem /usr/include/torch/csrc/api/include tests/fuzz/fuzz_data_readers.cpp \
+      runtime/mapped_array.cpp runtime/training_state.cpp -ltorch -ltorch_cpu -lc10 -o "$OUT/fuzz_data_readers"
+    CORPUS=tests/fuzz/corpus_data ;;
+  *) echo "run_fuzz.sh: unknown target '$TARGET'; use manifest or data_readers" >&2; exit 2 ;;
+esac
+mkdir -p "$OUT/corpus_$TARGET"
+cp -n "$CORPUS"/* "$OUT/corpus_$TARGET/" 2>/dev/null || true
+"$OUT/fuzz_$TARGET" "$OUT/corpus_$TARGET" -max_total_time="$SECONDS_TO_RUN" -max_len="${MAX_LEN:-16384}" \
   -artifact_prefix=tests/fuzz/crashes/ -print_final_stats=1

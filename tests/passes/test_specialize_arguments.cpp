@@ -41,7 +41,10 @@ TEST(SpecializeArguments, FindsTheArgumentsABranchAroundHeavyWorkDependsOn) {
 TEST(SpecializeArguments, TheBranchFoldsToTheDefaultsSide) {
   auto graph = GraphOf(kMaskedBlocks);
   SpecializeArguments(graph, {{2, c10::IValue()}, {3, false}});
-  FileCheck().check_not("prim::If")->check_count("aten::matmul", 2, /*exactly=*/true)->check_not("aten::add")
+  FileCheck()
+      .check_not("prim::If")
+      ->check_count("aten::matmul", 2, /*exactly=*/true)
+      ->check_not("aten::add")
       ->run(*graph);
   EXPECT_EQ(graph->inputs().size(), 5u);  // the signature stays
   EXPECT_FALSE(graph->inputs()[2]->hasUses());

@@ -31,19 +31,21 @@ void WriteNpy(const std::string& path, const std::string& dict, const std::strin
 }
 
 std::string Bytes(const at::Tensor& t) {
-  return std::string(static_cast<const char*>(t.data_ptr()), static_cast<size_t>(t.numel() * t.element_size()));
+  return std::string(static_cast<const char*>(t.data_ptr()),
+                     static_cast<size_t>(t.numel() * t.element_size()));
 }
 
 TEST(DataSource, NpyRowsAreTheArraysRowsInAnyOrder) {
   TempDir dir;
   at::Tensor x = at::arange(24, at::kFloat).reshape({4, 2, 3});
-  WriteNpy(dir.path("x.npy"), "{'descr': '<f4', 'fortran_order': False, 'shape': (4, 2, 3), }", Bytes(x));
+  WriteNpy(dir.path("x.npy"), "{'descr': '<f4', 'fortran_order': False, 'shape': (4, 2, 3), }",
+           Bytes(x));
   auto array = MappedArray::OpenNpy(dir.path("x.npy"));
   EXPECT_EQ(array->rows(), 4);
   EXPECT_EQ(array->row_shape(), (std::vector<int64_t>{2, 3}));
   EXPECT_TRUE(at::equal(array->Rows({3, 0, 3}), x.index_select(0, at::tensor({3, 0, 3}))));
-  EXPECT_EQ(ErrorOf([&] { array->Rows({4}); }), "row 4 of data file '" + dir.path("x.npy") +
-                                                    "' is out of range (it has 4 rows)");
+  EXPECT_EQ(ErrorOf([&] { array->Rows({4}); }),
+            "row 4 of data file '" + dir.path("x.npy") + "' is out of range (it has 4 rows)");
 }
 
 TEST(DataSource, UnsignedArraysAndTokensWiden) {
@@ -67,15 +69,24 @@ TEST(DataSource, ABadNpyFileIsRefusedBeforeItIsMapped) {
     return ErrorOf([&] { MappedArray::OpenNpy(f); });
   };
   const std::string prefix = "data file '" + f + "' ";
-  EXPECT_EQ(error("{'descr': '<f4', 'fortran_order': False, 'shape': (4, 3), }", std::string(40, 'x')),
-            prefix + "claims shape (4, 3) of <f4 but holds 40 bytes of data; the file is truncated or not what "
-                     "its header says");
-  EXPECT_EQ(error("{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999, 99999999999), }", ""),
-            prefix + "claims shape (99999999999999999, 99999999999) of <f4 but holds 0 bytes of data; the file is "
-                     "truncated or not what its header says");
+  EXPECT_EQ(
+      error("{'descr': '<f4', 'fortran_order': False, 'shape': (4, 3), }", std::string(40, 'x')),
+      prefix +
+          "claims shape (4, 3) of <f4 but holds 40 bytes of data; the file is truncated or not "
+          "what "
+          "its header says");
+  EXPECT_EQ(
+      error("{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999, 99999999999), }",
+            ""),
+      prefix +
+          "claims shape (99999999999999999, 99999999999) of <f4 but holds 0 bytes of data; the "
+          "file is "
+          "truncated or not what its header says");
   EXPECT_EQ(error("{'descr': '>f4', 'fortran_order': False, 'shape': (1,), }", "abcd"),
-            prefix + "holds dtype '>f4', which is not read; save it as little-endian bool, int8-64, uint8-32 or "
-                     "float16-64 (e.g. arr.astype('<f4'))");
+            prefix +
+                "holds dtype '>f4', which is not read; save it as little-endian bool, int8-64, "
+                "uint8-32 or "
+                "float16-64 (e.g. arr.astype('<f4'))");
   EXPECT_EQ(error("{'descr': '<f4', 'fortran_order': True, 'shape': (1,), }", "abcd"),
             prefix + "is in Fortran order; save numpy.ascontiguousarray(arr) instead");
   EXPECT_EQ(error("{'descr': '<f4', 'fortran_order': False, 'shape': (1, -2), }", "abcd"),
@@ -86,11 +97,13 @@ TEST(DataSource, ABadNpyFileIsRefusedBeforeItIsMapped) {
   EXPECT_EQ(ErrorOf([&] { MappedArray::OpenNpy(f); }),
             prefix + "is not a NumPy .npy file (no \\x93NUMPY magic); write it with numpy.save");
   std::ofstream(f, std::ios::binary) << std::string("\x93NUMPY\x01\x00\xff\x00{'descr'", 18);
-  EXPECT_EQ(ErrorOf([&] { MappedArray::OpenNpy(f); }), prefix + "is truncated inside its .npy header");
+  EXPECT_EQ(ErrorOf([&] { MappedArray::OpenNpy(f); }),
+            prefix + "is truncated inside its .npy header");
   std::ofstream(dir.path("odd.bin"), std::ios::binary) << "abc";
   EXPECT_EQ(ErrorOf([&] { MappedArray::OpenTokens(dir.path("odd.bin"), 16); }),
-            "data file '" + dir.path("odd.bin") + "' has 3 bytes, not a whole number of uint16 tokens; is "
-            "--token-dtype right?");
+            "data file '" + dir.path("odd.bin") +
+                "' has 3 bytes, not a whole number of uint16 tokens; is "
+                "--token-dtype right?");
 }
 
 // The same examples from the .npy directory and from the torch.save file
@@ -121,8 +134,10 @@ TEST(DataSource, TokenWindowsAreShiftedByOne) {
   EXPECT_EQ(ErrorOf([&] { OpenDataSource(TestModel("tokens.bin")); }),
             "token file '" + TestModel("tokens.bin") + "' needs --seq-len L (tokens per example)");
   EXPECT_EQ(ErrorOf([&] { OpenDataSource(TestModel("mlp9.pt")); }),
-            "data file '" + TestModel("mlp9.pt") + "' is not a file torch.save wrote (or is damaged); write it "
-            "with torch.save({\"inputs\": X, \"targets\": Y}, '" + TestModel("mlp9.pt") + "')");
+            "data file '" + TestModel("mlp9.pt") +
+                "' is not a file torch.save wrote (or is damaged); write it "
+                "with torch.save({\"inputs\": X, \"targets\": Y}, '" +
+                TestModel("mlp9.pt") + "')");
 }
 
 }  // namespace
