@@ -237,11 +237,12 @@ void Trainer::Restore(const TrainingState& state, const std::string& checkpoint)
     std::istringstream bytes(state.optimizer);
     archive.load_from(bytes);
     optimizer_->load(archive);
-  } catch (const c10::Error& e) {
-    TORCH_CHECK(false, "checkpoint '", checkpoint,
-                "': its optimizer state does not fit this model's parameters (",
-                e.what_without_backtrace(), "); resume with the artifact it was saved from");
+  } catch (const std::exception& e) {  // c10::Error, or the unpickler's std::out_of_range
+    auto* error = dynamic_cast<const c10::Error*>(&e);
+    TORCH_CHECK(false, "checkpoint '", checkpoint, "': its optimizer state does not fit this model's parameters (",
+                error ? error->what_without_backtrace() : e.what(), "); resume with the artifact it was saved from");
   }
+
   RngState rng;
   rng.cpu = state.cpu_rng;
   RestoreRngState(rng);

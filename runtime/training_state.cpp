@@ -74,9 +74,12 @@ TrainingState ParseTrainingState(const std::string& bytes, const std::string& wh
       TORCH_CHECK(eq != std::string::npos, "an option line has no '='");
       state.options[line.substr(0, eq)] = line.substr(eq + 1);
     }
-  } catch (const c10::Error& e) {
+  } catch (const std::exception& e) {
+    // LibTorch's unpickler also throws std::out_of_range and the like on
+    // damaged bytes (found by tests/fuzz/fuzz_data_readers.cpp).
+    auto* error = dynamic_cast<const c10::Error*>(&e);
     TORCH_CHECK(false, "checkpoint '", where, "' has a damaged training state (",
-                e.what_without_backtrace(),
+                error ? error->what_without_backtrace() : e.what(),
                 "); resume from an earlier checkpoint, or train afresh without --resume");
   }
   return state;

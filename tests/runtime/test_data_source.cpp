@@ -9,6 +9,7 @@
 
 #include "runtime/data_source.h"
 #include "runtime/mapped_array.h"
+#include "runtime/training_state.h"
 #include "tests/test_util.h"
 
 namespace gpipe {
@@ -121,6 +122,23 @@ TEST(DataSource, NpyDirectoryAndTorchSaveFileHoldTheSameExamples) {
   auto tail = SliceDataSource(npy, 40, 50);
   EXPECT_TRUE(at::equal(tail->Get({0}).inputs.at(0), npy->Get({40}).inputs.at(0)));
   EXPECT_EQ(tail->Describe(), "10 examples; inputs [100] float32; targets [] int64");
+}
+
+// Found by tests/fuzz/fuzz_data_readers.cpp: LibTorch's unpickler threw
+// std::out_of_range (not c10::Error) on these bytes, and it escaped.
+TEST(DataSource, ADamagedTrainingStateIsAClearError) {
+  std::ifstream in(std::string(GPIPE_FUZZ_CORPUS_DIR) + "/regression_unpickler_out_of_range",
+                   std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_GT(bytes.size(), 1u);
+  // LibTorch's own words in the middle differ between versions.
+  for (const std::string& damaged : {bytes.substr(1), std::string("not a zip")}) {
+    const std::string error = ErrorOf([&] { ParseTrainingState(damaged, "ck.gpipe"); });
+    EXPECT_EQ(error.rfind("checkpoint 'ck.gpipe' has a damaged training state (", 0), 0u) << error;
+    const std::string fix =
+        "); resume from an earlier checkpoint, or train afresh without --resume";
+    EXPECT_EQ(error.size() >= fix.size() ? error.substr(error.size() - fix.size()) : error, fix);
+  }
 }
 
 TEST(DataSource, TokenWindowsAreShiftedByOne) {
