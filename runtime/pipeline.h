@@ -49,6 +49,22 @@ struct PipelineOptions {
 // Computes the loss from the model's outputs (a scalar tensor).
 using LossFunction = std::function<at::Tensor(const std::vector<at::Tensor>& outputs)>;
 
+// Which rows of the mini-batch a micro-batch holds (Scatter's split).
+struct MicroBatchRows {
+  size_t index = 0;
+  int64_t offset = 0;
+  int64_t size = 0;
+  int64_t batch = 0;  // the mini-batch's rows
+};
+// The loss of one micro-batch from its rows of the model's outputs (an output
+// without the batch's rows in dim 0 is given whole), as its share of the
+// mini-batch's loss: the shares must add up to the mini-batch's loss, so that
+// their gradients are the mini-batch's (LossShares in training_loss.h does
+// this for gpipe-run's losses). Schedules that run a micro-batch's backward
+// before the others' forward need the loss in this form.
+using MicroBatchLossFunction =
+    std::function<at::Tensor(const MicroBatchRows& rows, const std::vector<at::Tensor>& outputs)>;
+
 // A pipelined model loaded from a gpipe artifact. forward() splits the batch
 // into micro-batches and runs them through the stages on worker threads
 // (GPipe schedule); its outputs are autograd-connected, so loss.backward()
@@ -79,6 +95,8 @@ class Pipeline {
   // it with the same inputs; `loss` runs on the rank holding the outputs and
   // every rank gets the loss's value back.
   double train_step(const std::vector<c10::IValue>& inputs, const LossFunction& loss);
+  // The same with the loss computed per micro-batch: the sum of the shares.
+  double train_step(const std::vector<c10::IValue>& inputs, const MicroBatchLossFunction& loss);
 
   // The original forward's arguments, as recorded.
   const std::vector<ForwardArgument>& signature() const;
@@ -116,6 +134,9 @@ class Pipeline {
   const Manifest& manifest() const;
 
  private:
+  using BatchLoss = std::function<at::Tensor(const std::vector<at::Tensor>& outputs,
+                                             const std::vector<int64_t>& micro_batch_sizes)>;
+  double TrainStep(const std::vector<c10::IValue>& inputs, const BatchLoss& loss);
   explicit Pipeline(std::shared_ptr<PipelineCore> core);
   std::shared_ptr<PipelineRun> RunForward(std::vector<c10::IValue> inputs, bool needs_grad,
                                           std::vector<at::Tensor>& outputs);

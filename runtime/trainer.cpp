@@ -161,11 +161,14 @@ int64_t Trainer::Run(const std::function<void(const StepReport&)>& on_step,
       }
       const double scale = 1.0 / static_cast<double>(options_.grad_accum);
       ChunksForBatch chunks(pipe_, batch);
+      const LossShares shares(options_.loss, batch.targets);
       double loss =
-          pipe_.train_step(AsArguments(batch), [&](const std::vector<at::Tensor>& outputs) {
-            return ComputeLoss(options_.loss, LossInput(options_.loss, outputs), batch.targets) *
-                   scale;
-          });
+          pipe_.train_step(AsArguments(batch),
+                           [&](const MicroBatchRows& rows, const std::vector<at::Tensor>& outputs) {
+                             return shares.Share(LossInput(options_.loss, outputs), rows.offset,
+                                                 rows.size, rows.batch) *
+                                    scale;
+                           });
       TORCH_CHECK(std::isfinite(loss), "step ", step + 1, ": the loss is ", loss,
                   "; the weights were not updated. Lower --lr, clip with --clip-grad-norm, or find "
                   "the first "

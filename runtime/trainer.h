@@ -48,7 +48,8 @@ struct EvalReport {
 
 // Trains a pipeline on a data source with a LibTorch optimizer: mini-batches
 // from torch::data's DataLoader (one background worker, so the next batch is
-// read while the pipeline runs), each through Pipeline::train_step, a
+// read while the pipeline runs), each through Pipeline::train_step with the loss computed per
+// micro-batch (LossShares), a
 // learning-rate schedule, gradient accumulation and clipping, and periodic
 // evaluation on held-out data in eval mode without gradients. An uneven last
 // batch of an epoch is trained on, not dropped.

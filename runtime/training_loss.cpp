@@ -37,6 +37,13 @@ std::pair<at::Tensor, at::Tensor> AsClassProblem(const LossOptions& loss, const 
   return {output.reshape({-1, classes}), targets.reshape({-1}).to(at::kLong)};
 }
 
+void CheckSameShape(const LossOptions& loss, const at::Tensor& output, const at::Tensor& targets) {
+  TORCH_CHECK(output.sizes() == targets.sizes(), "--loss ", loss.kind,
+              " compares the output with targets of its shape, but the model's output is ",
+              Shape(output), " and the targets are ", Shape(targets),
+              "; check the data's targets or choose another --loss");
+}
+
 }  // namespace
 
 LossOptions ParseLoss(const std::string& kind, int64_t ignore_index) {
@@ -73,14 +80,40 @@ at::Tensor ComputeLoss(const LossOptions& loss, const at::Tensor& output,
                ? at::cross_entropy_loss(logits, classes, {}, at::Reduction::Mean, loss.ignore_index)
                : at::nll_loss(logits, classes, {}, at::Reduction::Mean, loss.ignore_index);
   }
-  TORCH_CHECK(output.sizes() == targets.sizes(), "--loss ", loss.kind,
-              " compares the output with targets of its "
-              "shape, but the model's output is ",
-              Shape(output), " and the targets are ", Shape(targets),
-              "; check the data's targets or choose another --loss");
+  CheckSameShape(loss, output, targets);
   at::Tensor want = targets.to(output.scalar_type());
   if (loss.kind == "mse") return at::mse_loss(output, want);
   return at::binary_cross_entropy_with_logits(output, want);
+}
+
+LossShares::LossShares(LossOptions loss, at::Tensor targets)
+    : loss_(std::move(loss)), targets_(std::move(targets)) {
+  if (!LossNeedsTargets(loss_)) return;
+  TORCH_CHECK(targets_.defined(), "--loss ", loss_.kind, " needs targets, and the data has none");
+  count_ = ClassLoss(loss_) ? targets_.ne(loss_.ignore_index).sum().item<double>()
+                            : static_cast<double>(targets_.numel());
+}
+
+at::Tensor LossShares::Share(const at::Tensor& output, int64_t offset, int64_t rows,
+                             int64_t batch) const {
+  if (loss_.kind == "sum") return output.sum();
+  if (loss_.kind == "model")
+    return output * (static_cast<double>(rows) / static_cast<double>(batch));
+  const at::Tensor targets = targets_.narrow(0, offset, rows);
+  at::Tensor sum;
+  if (ClassLoss(loss_)) {
+    auto [logits, classes] = AsClassProblem(loss_, output, targets);
+    sum = loss_.kind == "cross_entropy"
+              ? at::cross_entropy_loss(logits, classes, {}, at::Reduction::Sum, loss_.ignore_index)
+              : at::nll_loss(logits, classes, {}, at::Reduction::Sum, loss_.ignore_index);
+  } else {
+    CheckSameShape(loss_, output, targets);
+    at::Tensor want = targets.to(output.scalar_type());
+    sum = loss_.kind == "mse"
+              ? at::mse_loss(output, want, at::Reduction::Sum)
+              : at::binary_cross_entropy_with_logits(output, want, {}, {}, at::Reduction::Sum);
+  }
+  return sum / count_;  // 0/0 is NaN, as the mean over no counted targets is
 }
 
 void AccumulateEval(const LossOptions& loss, const at::Tensor& output, const at::Tensor& targets,

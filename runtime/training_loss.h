@@ -35,6 +35,25 @@ at::Tensor LossInput(const LossOptions& loss, const std::vector<at::Tensor>& out
 at::Tensor ComputeLoss(const LossOptions& loss, const at::Tensor& output,
                        const at::Tensor& targets);
 
+// The mini-batch's loss as a sum of per-micro-batch shares, for
+// Pipeline::train_step's MicroBatchLossFunction: a share is the micro-batch's
+// summed loss divided by the whole mini-batch's count (its examples, its
+// elements for mse and bce_with_logits, its counted tokens for a language
+// model with ignored targets), so the shares add up to ComputeLoss over the
+// whole mini-batch, and so do their gradients, however unevenly the ignored
+// tokens fall. A model's own loss (a mean over its micro-batch) is weighted
+// by the micro-batch's rows.
+class LossShares {
+ public:
+  LossShares(LossOptions loss, at::Tensor targets);
+  at::Tensor Share(const at::Tensor& output, int64_t offset, int64_t rows, int64_t batch) const;
+
+ private:
+  LossOptions loss_;
+  at::Tensor targets_;
+  double count_ = 0;  // the whole mini-batch's denominator
+};
+
 // What an evaluation reports besides the loss: classification top-1
 // accuracy (cross_entropy/nll with class targets), or a language model's
 // perplexity (cross_entropy/nll over tokens). Sums, to add up over batches.
