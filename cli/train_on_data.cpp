@@ -1,7 +1,12 @@
 #include "cli/train_on_data.h"
 
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdio>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
 
 #include "runtime/artifact.h"
 #include "runtime/trainer.h"
@@ -49,6 +54,9 @@ void AddDataTrainingOptions(po::options_description& options, DataTrainingCli& c
       "no-shuffle", "--data: read the data in file order")(
       "log-every", po::value(&cli.log_every)->default_value(1),
       "--data: print every K-th step (and the last)")(
+      "metrics-out", po::value(&cli.metrics_out),
+      "--data: write one JSON object per logged step (and evaluation) to this .jsonl file; "
+      "plot it with scripts/plot_metrics.py")(
       "resume",
       "--data: the artifact is a checkpoint (--save) of a run with these options: continue it, "
       "with its optimizer state, data position and random numbers (--steps counts the whole run)");
@@ -71,6 +79,58 @@ std::string Percent(double x) {
   std::snprintf(text, sizeof text, "%.1f%%", 100 * x);
   return text;
 }
+
+std::string Duration(double seconds) {
+  const auto s = static_cast<long long>(std::llround(seconds));
+  char text[32];
+  if (s >= 3600) {
+    std::snprintf(text, sizeof text, "%lldh%02lldm", s / 3600, s / 60 % 60);
+  } else {
+    std::snprintf(text, sizeof text, "%lldm%02llds", s / 60, s % 60);
+  }
+  return text;
+}
+
+// --metrics-out: one JSON line per logged step, with the evaluation of that
+// step merged in; each line is written whole and flushed, so the file can be
+// read (and plotted) while the run goes on. A resumed run appends.
+class MetricsFile {
+ public:
+  MetricsFile(const std::string& path, bool append) : path_(path) {
+    if (path.empty()) return;
+    file_.open(path, append ? std::ios::app : std::ios::trunc);
+    TORCH_CHECK(file_.good(), "cannot write --metrics-out '", path,
+                "'; check that its directory exists and is writable");
+  }
+  ~MetricsFile() { Flush(); }
+  void Step(const StepReport& r) {
+    Flush();
+    pending_ = {{"step", r.step},
+                {"epoch", r.epoch},
+                {"loss", r.loss},
+                {"lr", r.lr},
+                {"samples_per_s", static_cast<double>(r.examples) / r.seconds}};
+    if (r.grad_norm) pending_["grad_norm"] = *r.grad_norm;
+  }
+  void Eval(const StepReport& last, const EvalReport& r) {
+    if (pending_.is_null() || pending_["step"] != r.step) Step(last);
+    pending_["eval_loss"] = r.loss;
+    if (r.accuracy) pending_["eval_accuracy"] = *r.accuracy;
+    if (r.perplexity) pending_["eval_perplexity"] = *r.perplexity;
+  }
+  void Flush() {
+    if (pending_.is_null() || !file_.is_open()) return;
+    file_ << pending_.dump() << '\n';
+    file_.flush();
+    TORCH_CHECK(file_.good(), "writing --metrics-out '", path_, "' failed (is the disk full?)");
+    pending_ = nullptr;
+  }
+
+ private:
+  std::string path_;
+  std::ofstream file_;
+  nlohmann::json pending_;
+};
 
 }  // namespace
 
@@ -162,17 +222,41 @@ int64_t TrainOnData(Pipeline& pipe, const DataTrainingCli& cli, const po::variab
     }
   }
   TORCH_CHECK(cli.log_every >= 1, "--log-every must be at least 1");
+  MetricsFile metrics(verbose ? cli.metrics_out : std::string(),
+                      checkpoints.resume_from.has_value());
+  const bool live_bar = verbose && isatty(STDERR_FILENO) == 1;
+  const int64_t first = trainer.step();
+  double seconds = 0;  // this process's training time, for the ETA and the summary
+  int64_t examples = 0;
+  StepReport last;
+  std::optional<EvalReport> last_eval;
   auto on_step = [&](const StepReport& r) {
+    last = r;
+    seconds += r.seconds;
+    examples += r.examples;
+    const double eta =
+        seconds / static_cast<double>(r.step - first) * static_cast<double>(r.total - r.step);
+    if (live_bar) {
+      const int filled = static_cast<int>(30 * r.step / r.total);
+      std::fprintf(stderr, "\r[%s%s] %lld/%lld  loss %.4f  eta %s ",
+                   std::string(filled, '#').c_str(), std::string(30 - filled, '.').c_str(),
+                   static_cast<long long>(r.step), static_cast<long long>(r.total), r.loss,
+                   Duration(eta).c_str());
+      if (r.step == r.total) std::fputc('\n', stderr);
+    }
     if (!verbose || (r.step % cli.log_every != 0 && r.step != r.total)) return;
-    std::printf("step %lld/%lld  epoch %lld  loss %.6f  lr %.3g%s  %.1f samples/s\n",
+    metrics.Step(r);
+    std::printf("step %lld/%lld  epoch %lld  loss %.6f  lr %.3g%s  %.1f samples/s  eta %s\n",
                 static_cast<long long>(r.step), static_cast<long long>(r.total),
                 static_cast<long long>(r.epoch), r.loss, r.lr,
                 r.grad_norm ? ("  grad norm " + std::to_string(*r.grad_norm)).c_str() : "",
-                static_cast<double>(r.examples) / r.seconds);
+                static_cast<double>(r.examples) / r.seconds, Duration(eta).c_str());
     std::fflush(stdout);
   };
   auto on_eval = [&](const EvalReport& r) {
+    last_eval = r;
     if (!verbose) return;
+    metrics.Eval(last, r);
     std::string extra;
     if (r.accuracy) extra += "  accuracy " + Percent(*r.accuracy);
     if (r.perplexity) extra += "  perplexity " + std::to_string(*r.perplexity);
@@ -181,7 +265,6 @@ int64_t TrainOnData(Pipeline& pipe, const DataTrainingCli& cli, const po::variab
                 static_cast<long long>(r.examples));
     std::fflush(stdout);
   };
-  const int64_t first = trainer.step();
   trainer.Run(on_step, on_eval, [&] {
     const bool stopping = stop(trainer.step());
     if (!checkpoints.save.empty() && checkpoints.every > 0 &&
@@ -190,6 +273,20 @@ int64_t TrainOnData(Pipeline& pipe, const DataTrainingCli& cli, const po::variab
     }
     return stopping;
   });
+  metrics.Flush();
+  if (verbose && trainer.step() > first) {
+    std::string evaluated;
+    if (last_eval) {
+      evaluated = ", eval loss " + std::to_string(last_eval->loss);
+      if (last_eval->accuracy) evaluated += ", accuracy " + Percent(*last_eval->accuracy);
+      if (last_eval->perplexity)
+        evaluated += ", perplexity " + std::to_string(*last_eval->perplexity);
+    }
+    std::printf("trained steps %lld-%lld in %s (%.1f samples/s): last loss %.6f%s\n",
+                static_cast<long long>(first + 1), static_cast<long long>(trainer.step()),
+                Duration(seconds).c_str(), static_cast<double>(examples) / seconds, last.loss,
+                evaluated.c_str());
+  }
   if (!checkpoints.save.empty() && trainer.step() > first) save("saved");
   return trainer.step() - first;
 }

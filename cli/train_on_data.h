@@ -18,6 +18,7 @@ class PeerGroup;
 struct DataTrainingCli {
   std::string data, eval_data, optimizer, lr_schedule,
       token_dtype;  // --loss is gpipe-run's own option
+  std::string metrics_out;  // --metrics-out FILE.jsonl
   int64_t batch_size = 32, epochs = 1, seq_len = 0, grad_accum = 1, warmup_steps = 0,
           eval_every = 0;
   int64_t log_every = 1;
