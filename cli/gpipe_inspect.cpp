@@ -12,6 +12,8 @@
 #include "cli/cli_main.h"
 #include "runtime/artifact.h"
 #include "runtime/sample_input.h"
+#include "runtime/schedule_csv.h"
+#include "runtime/schedule_ir.h"
 
 namespace po = boost::program_options;
 
@@ -76,20 +78,43 @@ std::string PlanDot(const gpipe::Manifest& m, const std::vector<double>& stage_c
   return dot.str();
 }
 
+// --schedule: a builder's name, or a CSV file in PyTorch's layout (one row per
+// worker, one "2F5"-style action per cell), for this artifact's stage count.
+gpipe::Schedule LoadSchedule(const std::string& schedule, size_t stages, size_t micro_batches,
+                             size_t virtual_stages) {
+  bool is_file = schedule.size() > 4 && schedule.compare(schedule.size() - 4, 4, ".csv") == 0;
+  if (!is_file) return gpipe::BuildSchedule(schedule, stages, micro_batches, virtual_stages);
+  std::ifstream in(schedule, std::ios::binary);
+  TORCH_CHECK(in, "cannot read the schedule file ", schedule,
+              "; give a CSV path or a schedule name");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return gpipe::ReadScheduleCsv(text.str(), stages, schedule);
+}
+
 int Main(int argc, char** argv) {
-  std::string artifact, sample_input, dot_path, svg_path;
+  std::string artifact, sample_input, dot_path, svg_path, schedule;
+  int64_t micro_batches = 0, virtual_stages = 1;
   po::options_description opts(
       "Usage: gpipe-inspect ART.gpipe [--sample-input SHAPE]\n"
       "Prints the stages of a pipelined artifact (device, nodes, parameters, inputs,\n"
       "outputs) and its skip routes. With --sample-input, runs the stages once in eval\n"
       "mode to show the shapes that cross each boundary.\n\nOptions");
+  // clang-format off
   opts.add_options()
       ("help,h", "print this help and exit")
       ("artifact", po::value(&artifact), "artifact written by gpipe-compile (positional)")
       ("sample-input", po::value(&sample_input), "input shape(s) to show tensor shapes, e.g. 64x512")
       ("dot", po::value(&dot_path), "write the plan as a Graphviz graph: stages, their costs, and the "
        "values between them (skip routes dashed)")
-      ("svg", po::value(&svg_path), "also render it to SVG with Graphviz's dot (Debian package graphviz)");
+      ("svg", po::value(&svg_path), "also render it to SVG with Graphviz's dot (Debian package graphviz)")
+      ("schedule", po::value(&schedule), "print the action table (worker x time step) of a schedule for "
+       "these stages: gpipe, 1f1b, interleaved-1f1b, zb-h1, or a CSV file; with its bubble fraction and "
+       "each worker's peak in-flight micro-batches (the runtime runs gpipe)")
+      ("micro-batches", po::value(&micro_batches), "micro-batches for --schedule (default: the artifact's chunks)")
+      ("virtual-stages", po::value(&virtual_stages)->default_value(1), "stages per worker for "
+       "--schedule interleaved-1f1b (it must divide the stage count)");
+  // clang-format on
   po::variables_map vm;
   if (!gpipe::ParseCommandLine(argc, argv, opts, "artifact", vm)) return 0;
   if (artifact.empty()) throw po::error("the artifact file is missing");
@@ -173,6 +198,15 @@ int Main(int argc, char** argv) {
   if (!dot_path.empty()) {
     gpipe::WriteFileAtomically(dot_path, PlanDot(m, stage_costs));
     std::printf("wrote %s\n", dot_path.c_str());
+  }
+  if (!schedule.empty()) {
+    if (micro_batches == 0) micro_batches = m.chunks;
+    TORCH_CHECK(micro_batches > 0, "--micro-batches must be at least 1, not ", micro_batches);
+    TORCH_CHECK(virtual_stages > 0, "--virtual-stages must be at least 1, not ", virtual_stages);
+    std::printf("%s", gpipe::FormatTable(LoadSchedule(schedule, m.stages.size(),
+                                                      static_cast<size_t>(micro_batches),
+                                                      static_cast<size_t>(virtual_stages)))
+                          .c_str());
   }
   if (!svg_path.empty()) {
     std::string command = "dot -Tsvg '" + dot_path + "' -o '" + svg_path + "'";

@@ -193,6 +193,25 @@ TEST(Cli, InspectShowsTheUNetSkipRoutesWithShapes) {
   EXPECT_OUTPUT_HAS(result, "stage 0 out 2 -> stage 2 in 2 [2, 4, 16, 16]");
 }
 
+TEST(Cli, InspectPrintsAScheduleTableAndRefusesOneThatDoesNotFit) {
+  TempDir dir;
+  ASSERT_EQ(RunCli("gpipe-compile", kMlp + " -o " + dir.path("m.gpipe") + " --stages 4 --chunks 8")
+                .exit_code,
+            0);
+  auto table = RunCli("gpipe-inspect", dir.path("m.gpipe") + " --schedule 1f1b");
+  ASSERT_EQ(table.exit_code, 0) << table.output;
+  EXPECT_OUTPUT_HAS(table, "1f1b: 4 stages, 8 micro-batches, 4 workers");
+  EXPECT_OUTPUT_HAS(table, "worker 3 .   .   .   3F0 3B0 3F1 3B1");
+  EXPECT_OUTPUT_HAS(table, "bubble fraction 0.273; peak in-flight per worker: 4 3 2 1");
+  auto interleaved = RunCli(
+      "gpipe-inspect", dir.path("m.gpipe") + " --schedule interleaved-1f1b --virtual-stages 3");
+  EXPECT_EQ(interleaved.exit_code, 1);
+  EXPECT_OUTPUT_HAS(interleaved, "virtual");
+  auto unknown = RunCli("gpipe-inspect", dir.path("m.gpipe") + " --schedule 2f2b");
+  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_OUTPUT_HAS(unknown, "unknown schedule '2f2b'");
+}
+
 TEST(Cli, SplitBeforeAnUnknownNameListsTheValidOnes) {
   TempDir dir;
   auto result = RunCli("gpipe-compile", TestModel("resnet50.pt") + " -o " + dir.path("r.gpipe") +

@@ -1,0 +1,136 @@
+#pragma once
+
+// A pipeline schedule as data: one ordered list of actions per worker, in the
+// style of PyTorch's pipelining runtime (`torch/distributed/pipelining`), where
+// `2F5` is stage 2's forward of micro-batch 5. Builders are pure functions;
+// ValidateSchedule (schedule_validate.h) proves the lists cannot deadlock and
+// reports peak in-flight micro-batches; schedule_csv.h dumps and loads them.
+// An executor walks a worker's list and never needs to know which schedule
+// produced it.
+//
+// The four built-in schedules for 4 stages and 8 micro-batches, as FormatTable
+// prints them: worker rows, time-step columns, every action one time step,
+// "." an idle step. (Interleaved 1F1B runs the 4 stages on 2 workers, 2
+// virtual stages each.) One step per action is a simplification: a real B
+// costs about two F's and I and W about one each. GPipe's and 1F1B's bubble
+// fractions, (S-1)/(M+S-1), come out the same either way.
+//
+// clang-format off
+// gpipe: 4 stages, 8 micro-batches, 4 workers
+// step     0   1   2   3   4   5   6   7   8   9   10  11  12  13  14  15  16  17  18  19  20  21
+// worker 0 0F0 0F1 0F2 0F3 0F4 0F5 0F6 0F7 .   .   .   .   .   .   0B7 0B6 0B5 0B4 0B3 0B2 0B1 0B0
+// worker 1 .   1F0 1F1 1F2 1F3 1F4 1F5 1F6 1F7 .   .   .   .   1B7 1B6 1B5 1B4 1B3 1B2 1B1 1B0 .
+// worker 2 .   .   2F0 2F1 2F2 2F3 2F4 2F5 2F6 2F7 .   .   2B7 2B6 2B5 2B4 2B3 2B2 2B1 2B0 .   .
+// worker 3 .   .   .   3F0 3F1 3F2 3F3 3F4 3F5 3F6 3F7 3B7 3B6 3B5 3B4 3B3 3B2 3B1 3B0 .   .   .
+// bubble fraction 0.273; peak in-flight per worker: 8 8 8 8
+//
+// 1f1b: 4 stages, 8 micro-batches, 4 workers
+// step     0   1   2   3   4   5   6   7   8   9   10  11  12  13  14  15  16  17  18  19  20  21
+// worker 0 0F0 0F1 0F2 0F3 .   .   .   0B0 0F4 0B1 0F5 0B2 0F6 0B3 0F7 0B4 .   0B5 .   0B6 .   0B7
+// worker 1 .   1F0 1F1 1F2 .   .   1B0 1F3 1B1 1F4 1B2 1F5 1B3 1F6 1B4 1F7 1B5 .   1B6 .   1B7 .
+// worker 2 .   .   2F0 2F1 .   2B0 2F2 2B1 2F3 2B2 2F4 2B3 2F5 2B4 2F6 2B5 2F7 2B6 .   2B7 .   .
+// worker 3 .   .   .   3F0 3B0 3F1 3B1 3F2 3B2 3F3 3B3 3F4 3B4 3F5 3B5 3F6 3B6 3F7 3B7 .   .   .
+// bubble fraction 0.273; peak in-flight per worker: 4 3 2 1
+//
+// interleaved-1f1b: 4 stages, 8 micro-batches, 2 workers
+// step     0   1   2   3   4   5   6   7   8   9   10  11  12  13  14  15  16  17  18  19  20  21  22  23  24  25  26  27  28  29  30  31  32  33
+// worker 0 0F0 0F1 2F0 2F1 0F2 2B0 0F3 2B1 2F2 0B0 2F3 0B1 0F4 2B2 0F5 2B3 2F4 0B2 2F5 0B3 0F6 2B4 0F7 2B5 2F6 0B4 2F7 0B5 .   2B6 .   2B7 0B6 0B7
+// worker 1 .   1F0 1F1 3F0 3B0 3F1 3B1 1F2 1B0 1F3 1B1 3F2 3B2 3F3 3B3 1F4 1B2 1F5 1B3 3F4 3B4 3F5 3B5 1F6 1B4 1F7 1B5 3F6 3B6 3F7 3B7 1B6 1B7 .
+// bubble fraction 0.059; peak in-flight per worker: 5 3
+//
+// zb-h1: 4 stages, 8 micro-batches, 4 workers
+// step     0   1   2   3   4   5   6   7   8   9   10  11  12  13  14  15  16  17  18  19  20  21  22  23  24  25  26
+// worker 0 0F0 0F1 0F2 0F3 .   .   .   0I0 0W0 0F4 0I1 0W1 0F5 0I2 0W2 0F6 0I3 0W3 0F7 0I4 0W4 0I5 0W5 0I6 0W6 0I7 0W7
+// worker 1 .   1F0 1F1 1F2 .   .   1I0 1F3 1I1 1W0 1F4 1I2 1W1 1F5 1I3 1W2 1F6 1I4 1W3 1F7 1I5 1W4 1I6 1W5 1I7 1W6 1W7
+// worker 2 .   .   2F0 2F1 .   2I0 2F2 2I1 2F3 2I2 2W0 2F4 2I3 2W1 2F5 2I4 2W2 2F6 2I5 2W3 2F7 2I6 2W4 2I7 2W5 2W6 2W7
+// worker 3 .   .   .   3F0 3I0 3F1 3I1 3F2 3I2 3F3 3I3 3W0 3F4 3I4 3W1 3F5 3I5 3W2 3F6 3I6 3W3 3F7 3I7 3W4 3W5 3W6 3W7
+// bubble fraction 0.111; peak in-flight per worker: 4 4 4 4
+// clang-format on
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace gpipe {
+
+// F, B, I, W. B is a full backward. Zero-bubble schedules split it in two: I
+// computes the gradient of the stage's inputs (what the previous stage waits
+// for) and W the gradient of its weights (what nobody waits for, so it can be
+// moved into a bubble). I + W of one (stage, micro-batch) replace its B.
+enum class ActionKind { kForward, kBackward, kBackwardInput, kBackwardWeight };
+
+struct Action {
+  ActionKind kind;
+  size_t stage;
+  size_t micro_batch;
+  bool operator==(const Action& o) const {
+    return kind == o.kind && stage == o.stage && micro_batch == o.micro_batch;
+  }
+  bool operator!=(const Action& o) const { return !(*this == o); }
+};
+
+// PyTorch's spelling: stage, kind letter, micro-batch ("2F5", "1B0", "0I3").
+std::string ToString(const Action& action);
+
+// The inverse of ToString; nullopt unless the whole text is one action
+// (no spaces, no trailing characters).
+std::optional<Action> ParseAction(const std::string& text);
+
+struct Schedule {
+  std::string name;
+  size_t num_stages = 0;
+  size_t num_micro_batches = 0;
+  size_t num_workers = 0;
+  std::vector<std::vector<Action>> actions;  // per worker, in execution order
+  std::vector<size_t> worker_of_stage;       // per stage
+};
+
+// GPipe: every forward in micro-batch order, then every backward in
+// decreasing micro-batch order (the last micro-batch's backward first, as
+// BackwardClockCycles in schedule.h). Worker w runs stage w. Keeps all M
+// micro-batches' activations alive at once.
+Schedule BuildGpipe(size_t stages, size_t micro_batches);
+
+// Non-interleaved 1F1B (PipeDream-flush, Megatron-LM): worker w runs
+// min(S-1-w, M) warm-up forwards, then alternates one forward and one
+// backward, then drains the remaining backwards. Micro-batches go in
+// increasing order for both F and B. Same bubble as GPipe, but worker w holds
+// at most min(S-w, M) micro-batches instead of M.
+Schedule Build1F1B(size_t stages, size_t micro_batches);
+
+// Interleaved 1F1B (Narayanan et al. 2021, Megatron-LM; PyTorch's
+// ScheduleInterleaved1F1B): S = workers * virtual_stages stages, stage s on
+// worker s % workers, so each worker holds virtual_stages non-adjacent
+// stages ("chunks"). Micro-batches go in groups of `workers`: a worker runs a
+// group through its first chunk, then its second, and so on (depth first),
+// and backwards through the chunks in reverse. Worker w warms up with
+// (V-1)*workers + 2*(workers-1-w) forwards (capped at V*M), then alternates
+// F and B, then drains. Throws std::invalid_argument unless M is a multiple
+// of `workers`, since the groups must be full.
+Schedule BuildInterleaved1F1B(size_t workers, size_t virtual_stages, size_t micro_batches);
+
+// ZB-H1 (Qi et al. 2023, "Zero Bubble Pipeline Parallelism"): 1F1B with every
+// B split into I then W. Worker w holds back its first w W's and runs the
+// rest one per I, so the held-back W's fill the cool-down bubble at the end.
+// Holding back w W's lets worker w keep w more micro-batches alive, which
+// uses exactly the slack 1F1B leaves it: every worker's peak becomes
+// min(S, M), 1F1B's worker-0 peak, so the largest peak over the workers is
+// unchanged. Each W comes after its own I on the same worker.
+Schedule BuildZeroBubbleH1(size_t stages, size_t micro_batches);
+
+// Dispatches on "gpipe", "1f1b", "interleaved-1f1b" or "zb-h1". `stages` is
+// always the total number of stages S. For interleaved-1f1b the workers are
+// S / virtual_stages (virtual_stages must divide S); the others need
+// virtual_stages == 1. Throws std::invalid_argument with the fix.
+Schedule BuildSchedule(const std::string& name, size_t stages, size_t micro_batches,
+                       size_t virtual_stages = 1);
+
+// Worker rows x time-step columns as ValidateSchedule simulates them (every
+// action one time step, an action starts once its dependencies finished in an
+// earlier step), "." for an idle step, then a line with the bubble fraction
+// and each worker's peak in-flight micro-batches. Throws what
+// ValidateSchedule throws.
+std::string FormatTable(const Schedule& schedule);
+
+}  // namespace gpipe
