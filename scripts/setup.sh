@@ -12,6 +12,7 @@ PACKAGES=(
   libboost-program-options-dev libboost-filesystem-dev  # gpipe-launch (Boost.Process)
   nlohmann-json3-dev libgtest-dev
   unzip graphviz                                   # gpipe-inspect --svg
+  python3-sklearn fortunes-min                     # real data: the digits images, fortune texts
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

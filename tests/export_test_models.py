@@ -16,6 +16,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from export_mlp import build_mlp  # noqa: E402
 from export_transformer import GPT  # noqa: E402
 from export_unet import UNet  # noqa: E402
+from export_cnn import cnn  # noqa: E402
+from make_dataset import load_digits_arrays  # noqa: E402
 
 
 class FailOnMarker(nn.Module):
@@ -212,8 +214,9 @@ def export_torch2_models(directory: str) -> None:
 
 def export_data(directory: str) -> None:
     """Data files for the training tests: 50 examples of 100 features with 10
-    classes (for big_first.pt) as .npy files and as a torch.save'd .pt, and a
-    uint16 token stream over a vocabulary of 50 (for gpt.pt)."""
+    classes (for big_first.pt) as .npy files and as a torch.save'd .pt, a
+    uint16 token stream over a vocabulary of 50 (for gpt.pt), and the digits
+    with the CNN sample."""
     import numpy as np
 
     g = torch.Generator().manual_seed(0)
@@ -225,6 +228,13 @@ def export_data(directory: str) -> None:
     torch.save({"inputs": inputs, "targets": targets}, os.path.join(directory, "data_cls.pt"))
     tokens = torch.randint(0, 50, (1000,), generator=g).numpy().astype(np.uint16)
     tokens.tofile(os.path.join(directory, "tokens.bin"))
+    # A real data set: scikit-learn's digits, for the CNN sample.
+    inputs, targets = load_digits_arrays(seed=0)
+    os.makedirs(os.path.join(directory, "data_digits"), exist_ok=True)
+    np.save(os.path.join(directory, "data_digits", "inputs.npy"), inputs)
+    np.save(os.path.join(directory, "data_digits", "targets.npy"), targets)
+    torch.manual_seed(0)
+    torch.jit.script(cnn(10)).save(os.path.join(directory, "cnn.pt"))
 
 
 def main() -> None:
