@@ -47,6 +47,9 @@ void AddDataTrainingOptions(po::options_description& options, DataTrainingCli& c
       "--data: constant, cosine or linear")("warmup-steps",
                                             po::value(&cli.warmup_steps)->default_value(0),
                                             "--data: linear warm-up from 0 over K steps")(
+      "lr-decay-steps", po::value(&cli.lr_decay_steps),
+      "--lr-schedule cosine/linear: the step at which the decay ends (default: the run's last "
+      "step); set it to the final --steps when a run will be stopped and resumed further")(
       "clip-grad-norm", po::value(&cli.clip_grad_norm),
       "--data: clip the global gradient norm to this")("grad-accum",
                                                        po::value(&cli.grad_accum)->default_value(1),
@@ -173,6 +176,7 @@ int64_t TrainOnData(Pipeline& pipe, const DataTrainingCli& cli, const po::variab
   options.optimizer.beta2 = cli.beta2;
   if (vm.count("weight-decay")) options.optimizer.weight_decay = cli.weight_decay;
   options.schedule = ParseLrSchedule(cli.lr_schedule, cli.warmup_steps);
+  if (vm.count("lr-decay-steps")) options.schedule.decay_end = cli.lr_decay_steps;
   const bool distributed = peers != nullptr;
   options.peers = std::move(peers);
   TORCH_CHECK(!LossNeedsTargets(options.loss) || train->Get({0}).targets.defined(), "--loss ",

@@ -22,6 +22,7 @@ struct DataTrainingCli {
   int64_t batch_size = 32, epochs = 1, seq_len = 0, grad_accum = 1, warmup_steps = 0,
           eval_every = 0;
   int64_t log_every = 1;
+  int64_t lr_decay_steps = 0;  // --lr-decay-steps, when given
   int64_t ignore_index = -100;
   double eval_fraction = 0, momentum = 0, beta1 = 0.9, beta2 = 0.999, weight_decay = -1,
          clip_grad_norm = 0;

@@ -48,7 +48,7 @@ LrSchedule ParseLrSchedule(const std::string& kind, int64_t warmup_steps) {
   TORCH_CHECK(kind == "constant" || kind == "cosine" || kind == "linear", "unknown --lr-schedule '",
               kind, "'; use constant, cosine or linear");
   TORCH_CHECK(warmup_steps >= 0, "--warmup-steps must not be negative");
-  return LrSchedule{kind, warmup_steps};
+  return LrSchedule{kind, warmup_steps, std::nullopt};
 }
 
 double LearningRateAt(const LrSchedule& s, double base_lr, int64_t step, int64_t total) {

@@ -29,6 +29,10 @@ std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const std::vector<at::Ten
 struct LrSchedule {
   std::string kind = "constant";  // constant, cosine or linear
   int64_t warmup_steps = 0;
+  // The step at which cosine and linear reach their end (--lr-decay-steps);
+  // unset: the run's last step. A run that will be stopped early and resumed
+  // to a longer --steps sets it, so that its rates are those of the whole run.
+  std::optional<int64_t> decay_end;
 };
 LrSchedule ParseLrSchedule(const std::string& kind, int64_t warmup_steps);
 double LearningRateAt(const LrSchedule& schedule, double base_lr, int64_t step, int64_t total);

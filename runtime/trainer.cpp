@@ -66,6 +66,8 @@ Trainer::Trainer(Pipeline& pipe, std::shared_ptr<const DataSource> train,
   const int64_t steps_per_epoch =
       (batches_per_epoch() + options_.grad_accum - 1) / options_.grad_accum;
   total_steps_ = options_.steps ? *options_.steps : options_.epochs * steps_per_epoch;
+  TORCH_CHECK(options_.schedule.decay_end.value_or(1) >= 1, "--lr-decay-steps must be at least 1");
+  schedule_end_ = options_.schedule.decay_end.value_or(total_steps_);
 }
 
 int64_t Trainer::batches_per_epoch() const {
@@ -133,7 +135,7 @@ int64_t Trainer::Run(const std::function<void(const StepReport&)>& on_step,
     report.step = ++step;
     report.total = total_steps_;
     report.epoch = epoch + 1;
-    report.lr = LearningRateAt(options_.schedule, options_.optimizer.lr, step, total_steps_);
+    report.lr = LearningRateAt(options_.schedule, options_.optimizer.lr, step, schedule_end_);
     report.grad_norm = ClipGradients();
     SetLearningRate(*optimizer_, report.lr);
     optimizer_->step();
@@ -210,6 +212,10 @@ std::map<std::string, std::string> Trainer::ResumeOptions() const {
       {"--clip-grad-norm", options_.clip_grad_norm ? number(*options_.clip_grad_norm) : "off"},
       {"training examples", std::to_string(train_->size())},
   };
+  // A decaying schedule's rates depend on where it ends: a continuation that
+  // ends elsewhere would not be the run it continues.
+  if (options_.schedule.kind != "constant")
+    options["--lr-decay-steps"] = std::to_string(schedule_end_);
   return options;
 }
 

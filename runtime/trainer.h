@@ -88,6 +88,7 @@ class Trainer {
   TrainerOptions options_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   int64_t total_steps_ = 0;
+  int64_t schedule_end_ = 0;  // where cosine/linear end: --lr-decay-steps, else total_steps_
   // Where the run stands: optimizer steps done, and the next mini-batch's epoch and index in it.
   int64_t step_ = 0;
   int64_t epoch_ = 0;

@@ -217,35 +217,43 @@ TEST(Training, AResumedRunEndsWithTheUninterruptedRunsWeightsBitwise) {
   auto compiled = RunCli("gpipe-compile", TestModel("gpt.pt") + " -o " + dir.path("g.gpipe") +
                                               " --stages 2 --chunks 2");
   ASSERT_EQ(compiled.exit_code, 0) << compiled.output;
-  const std::string common =
-      " --train --data " + TestModel("tokens.bin") +
-      " --seq-len 16 --eval-fraction 0.1"
-      " --batch-size 8 --grad-accum 2 --optimizer adamw --lr 0.003 --warmup-steps 2"
-      " --clip-grad-norm 1 --eval-every 2 --seed 3";
-  auto whole = RunCli(
-      "gpipe-run", dir.path("g.gpipe") + common + " --steps 6 --save " + dir.path("whole.gpipe"));
-  ASSERT_EQ(whole.exit_code, 0) << whole.output;
-  auto first = RunCli("gpipe-run",
-                      dir.path("g.gpipe") + common + " --steps 3 --save " + dir.path("half.gpipe"));
-  ASSERT_EQ(first.exit_code, 0) << first.output;
-  auto rest = RunCli("gpipe-run", dir.path("half.gpipe") + common + " --resume --steps 6 --save " +
-                                      dir.path("resumed.gpipe"));
-  ASSERT_EQ(rest.exit_code, 0) << rest.output;
-  EXPECT_OUTPUT_HAS(rest, "resuming " + dir.path("half.gpipe") + " after step 3\n");
-  EXPECT_OUTPUT_HAS(rest, "step 4/6  epoch 1  loss ");
-  EXPECT_OUTPUT_HAS(rest, "step 5/6  epoch 2  loss ");
-  auto line = [](const std::string& output, const std::string& prefix) {
-    size_t at = output.find(prefix);
-    return at == std::string::npos ? "missing " + prefix
-                                   : output.substr(at, output.find("  lr", at) - at);
-  };
-  EXPECT_EQ(line(rest.output, "step 6/6"), line(whole.output, "step 6/6"));
-  auto want = Pipeline::load(dir.path("whole.gpipe")).named_parameters();
-  auto got = Pipeline::load(dir.path("resumed.gpipe")).named_parameters();
-  ASSERT_EQ(want.size(), got.size());
-  for (size_t k = 0; k < want.size(); ++k)
-    EXPECT_TRUE(torch::equal(want[k].second, got[k].second)) << want[k].first;
+  const std::string data = " --train --data " + TestModel("tokens.bin") +
+                           " --seq-len 16 --eval-fraction 0.1"
+                           " --batch-size 8 --grad-accum 2 --lr-schedule cosine"
+                           " --warmup-steps 2 --clip-grad-norm 1 --eval-every 2 --seed 3";
+  const std::string sgd = " --optimizer sgd --momentum 0.9 --nesterov --lr 0.05";
+  for (const std::string& optimizer : {std::string(" --optimizer adamw --lr 0.003"), sgd}) {
+    SCOPED_TRACE(optimizer);
+    const std::string options = data + optimizer;
+    auto whole = RunCli("gpipe-run", dir.path("g.gpipe") + options + " --steps 6 --save " +
+                                         dir.path("whole.gpipe"));
+    ASSERT_EQ(whole.exit_code, 0) << whole.output;
+    // Stopped at step 3 of a 6-step cosine schedule: the decay's end is given.
+    auto first =
+        RunCli("gpipe-run", dir.path("g.gpipe") + options +
+                                " --steps 3 --lr-decay-steps 6 --save " + dir.path("half.gpipe"));
+    ASSERT_EQ(first.exit_code, 0) << first.output;
+    auto rest = RunCli("gpipe-run", dir.path("half.gpipe") + options +
+                                        " --resume --steps 6 --save " + dir.path("resumed.gpipe"));
+    ASSERT_EQ(rest.exit_code, 0) << rest.output;
+    EXPECT_OUTPUT_HAS(rest, "resuming " + dir.path("half.gpipe") + " after step 3\n");
+    EXPECT_OUTPUT_HAS(rest, "step 4/6  epoch 1  loss ");
+    EXPECT_OUTPUT_HAS(rest, "step 5/6  epoch 2  loss ");
+    auto line = [](const std::string& output, const std::string& prefix) {
+      size_t at = output.find(prefix);
+      return at == std::string::npos ? "missing " + prefix
+                                     : output.substr(at, output.find("  grad", at) - at);
+    };
+    EXPECT_EQ(line(rest.output, "step 6/6"), line(whole.output, "step 6/6"));  // loss and lr
+    auto want = Pipeline::load(dir.path("whole.gpipe")).named_parameters();
+    auto got = Pipeline::load(dir.path("resumed.gpipe")).named_parameters();
+    ASSERT_EQ(want.size(), got.size());
+    for (size_t k = 0; k < want.size(); ++k)
+      EXPECT_TRUE(torch::equal(want[k].second, got[k].second)) << want[k].first;
+  }
 
+  // half.gpipe is now the SGD run's.
+  const std::string common = data + sgd;
   auto error_of = [&](const std::string& art, const std::string& args) {
     auto r = RunCli("gpipe-run", art + common + " --resume " + args);
     EXPECT_NE(r.exit_code, 0) << r.output;
@@ -256,8 +264,12 @@ TEST(Training, AResumedRunEndsWithTheUninterruptedRunsWeightsBitwise) {
                 "' was trained with --ignore-index -100, and "
                 "this run asks for 0; resume with the options it was trained with (or train afresh "
                 "without --resume)\n");
+  EXPECT_EQ(error_of(dir.path("half.gpipe"), "--steps 8"),
+            "gpipe-run: error: checkpoint '" + dir.path("half.gpipe") +
+                "' was trained with --lr-decay-steps 6, and this run asks for 8; resume with the "
+                "options it was trained with (or train afresh without --resume)\n");
   EXPECT_EQ(
-      error_of(dir.path("half.gpipe"), "--steps 3"),
+      error_of(dir.path("half.gpipe"), "--steps 3 --lr-decay-steps 6"),
       "gpipe-run: error: checkpoint '" + dir.path("half.gpipe") +
           "' has done 3 steps already, and this run ends "
           "at step 3; give a larger --steps (it counts the whole run's steps) or more --epochs\n");
