@@ -226,34 +226,6 @@ std::shared_ptr<PipelineRun> Pipeline::RunForward(std::vector<c10::IValue> input
   return run;
 }
 
-namespace {
-
-// Makes the gathered outputs autograd-connected: their gradients run the
-// pipelined backward schedule, which hands back the inputs' gradients.
-void AttachBackward(const std::shared_ptr<PipelineRun>& run, const std::vector<c10::IValue>& inputs,
-                    std::vector<at::Tensor>& outputs) {
-  std::vector<size_t> grad_inputs;
-  std::vector<at::Tensor> grad_input_tensors;
-  for (size_t k = 0; k < inputs.size(); ++k) {
-    if (inputs[k].isTensor() && inputs[k].toTensor().requires_grad()) {
-      grad_inputs.push_back(k);
-      grad_input_tensors.push_back(inputs[k].toTensor());
-    }
-  }
-  std::vector<size_t> grad_outputs;
-  for (size_t k = 0; k < outputs.size(); ++k) {
-    if (outputs[k].defined() &&
-        (at::isFloatingType(outputs[k].scalar_type()) || at::isComplexType(outputs[k].scalar_type()))) {
-      grad_outputs.push_back(k);
-    }
-  }
-  auto node = compat::MakeNode<PipelineBackward>(run, grad_outputs, grad_inputs, outputs.size());
-  node->set_next_edges(torch::autograd::collect_next_edges(grad_input_tensors));
-  for (size_t k : grad_outputs) torch::autograd::set_history(outputs[k], node);
-}
-
-}  // namespace
-
 std::vector<at::Tensor> Pipeline::forward(const std::vector<c10::IValue>& args, const Kwargs& kwargs) {
   std::vector<c10::IValue> inputs = BindArguments(core_->manifest.arguments, args, kwargs);
   TORCH_CHECK(!core_->peers || !at::GradMode::is_enabled(),
@@ -277,65 +249,6 @@ c10::IValue Pipeline::operator()(const std::vector<c10::IValue>& args, const Kwa
 }
 
 const std::vector<ForwardArgument>& Pipeline::signature() const { return core_->manifest.arguments; }
-
-namespace {
-
-// Micro-batch `rows`' part of each model output: its rows where the output
-// has the mini-batch's rows in dim 0, the whole output otherwise.
-std::vector<at::Tensor> MicroBatchOutputs(const std::vector<at::Tensor>& outputs,
-                                          const MicroBatchRows& rows) {
-  std::vector<at::Tensor> part;
-  for (const auto& o : outputs) {
-    const bool batched = o.defined() && o.dim() >= 1 && o.size(0) == rows.batch;
-    part.push_back(batched ? o.narrow(0, rows.offset, rows.size) : o);
-  }
-  return part;
-}
-
-}  // namespace
-
-double Pipeline::train_step(const std::vector<c10::IValue>& inputs, const LossFunction& loss) {
-  return TrainStep(inputs, [&](const std::vector<at::Tensor>& outputs,
-                               const std::vector<int64_t>&) { return loss(outputs); });
-}
-
-double Pipeline::train_step(const std::vector<c10::IValue>& inputs,
-                            const MicroBatchLossFunction& loss) {
-  return TrainStep(inputs,
-                   [&](const std::vector<at::Tensor>& outputs, const std::vector<int64_t>& sizes) {
-                     MicroBatchRows rows;
-                     for (int64_t size : sizes) rows.batch += size;
-                     at::Tensor total;
-                     for (int64_t size : sizes) {
-                       rows.size = size;
-                       at::Tensor share = loss(rows, MicroBatchOutputs(outputs, rows));
-                       total = total.defined() ? total + share : share;
-                       rows.offset += size;
-                       ++rows.index;
-                     }
-                     return total;
-                   });
-}
-
-double Pipeline::TrainStep(const std::vector<c10::IValue>& args, const BatchLoss& loss) {
-  at::AutoGradMode grad_mode(true);
-  // Every rank runs its part of both schedules; needs_grad must agree across
-  // ranks, so it does not depend on which parameters this rank holds.
-  std::vector<c10::IValue> inputs = BindArguments(core_->manifest.arguments, args);
-  std::vector<at::Tensor> outputs;
-  auto run = RunForward(inputs, true, outputs);
-  at::Tensor total = at::zeros({1}, at::kDouble);
-  if (core_->ranks.HoldsOutputs()) {
-    AttachBackward(run, inputs, outputs);
-    at::Tensor value = loss(outputs, run->micro_batches().sizes);
-    total.fill_(value.item<double>());
-    value.backward();
-  } else {
-    run->Backward({});
-  }
-  if (core_->peers) core_->peers->AllReduceSum(total, "the loss of this step");
-  return total.item<double>();
-}
 
 std::vector<std::pair<std::string, at::Tensor>> Pipeline::named_tensors(bool buffers) const {
   std::vector<std::pair<std::string, at::Tensor>> out;

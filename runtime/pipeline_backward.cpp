@@ -1,5 +1,9 @@
 #include "runtime/pipeline_backward.h"
 
+#include <torch/csrc/autograd/functions/utils.h>
+
+#include "runtime/torch_compat.h"
+
 namespace gpipe {
 
 PipelineBackward::PipelineBackward(std::shared_ptr<PipelineRun> run,
@@ -21,6 +25,28 @@ torch::autograd::variable_list PipelineBackward::apply(torch::autograd::variable
   torch::autograd::variable_list result;
   for (size_t k : grad_inputs_) result.push_back(input_grads[k]);
   return result;
+}
+
+void AttachBackward(const std::shared_ptr<PipelineRun>& run, const std::vector<c10::IValue>& inputs,
+                    std::vector<at::Tensor>& outputs) {
+  std::vector<size_t> grad_inputs;
+  std::vector<at::Tensor> grad_input_tensors;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    if (inputs[k].isTensor() && inputs[k].toTensor().requires_grad()) {
+      grad_inputs.push_back(k);
+      grad_input_tensors.push_back(inputs[k].toTensor());
+    }
+  }
+  std::vector<size_t> grad_outputs;
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    if (outputs[k].defined() && (at::isFloatingType(outputs[k].scalar_type()) ||
+                                 at::isComplexType(outputs[k].scalar_type()))) {
+      grad_outputs.push_back(k);
+    }
+  }
+  auto node = compat::MakeNode<PipelineBackward>(run, grad_outputs, grad_inputs, outputs.size());
+  node->set_next_edges(torch::autograd::collect_next_edges(grad_input_tensors));
+  for (size_t k : grad_outputs) torch::autograd::set_history(outputs[k], node);
 }
 
 }  // namespace gpipe

@@ -30,4 +30,9 @@ class PipelineBackward : public torch::autograd::Node {
   size_t num_outputs_;
 };
 
+// Makes the gathered outputs autograd-connected: their gradients run the
+// pipelined backward schedule, which hands back the inputs' gradients.
+void AttachBackward(const std::shared_ptr<PipelineRun>& run, const std::vector<c10::IValue>& inputs,
+                    std::vector<at::Tensor>& outputs);
+
 }  // namespace gpipe

@@ -1,0 +1,75 @@
+// Pipeline::train_step: the forward, the loss (once for the mini-batch, or
+// once per micro-batch with its rows) and the pipelined backward of one step,
+// with the loss summed over the ranks in several processes.
+
+#include <torch/csrc/autograd/grad_mode.h>
+
+#include "runtime/model_interface.h"
+#include "runtime/peer_group.h"
+#include "runtime/pipeline.h"
+#include "runtime/pipeline_backward.h"
+#include "runtime/pipeline_core.h"
+#include "runtime/pipeline_run.h"
+
+namespace gpipe {
+
+namespace {
+
+// Micro-batch `rows`' part of each model output: its rows where the output
+// has the mini-batch's rows in dim 0, the whole output otherwise.
+std::vector<at::Tensor> MicroBatchOutputs(const std::vector<at::Tensor>& outputs,
+                                          const MicroBatchRows& rows) {
+  std::vector<at::Tensor> part;
+  for (const auto& o : outputs) {
+    const bool batched = o.defined() && o.dim() >= 1 && o.size(0) == rows.batch;
+    part.push_back(batched ? o.narrow(0, rows.offset, rows.size) : o);
+  }
+  return part;
+}
+
+}  // namespace
+
+double Pipeline::train_step(const std::vector<c10::IValue>& inputs, const LossFunction& loss) {
+  return TrainStep(inputs, [&](const std::vector<at::Tensor>& outputs,
+                               const std::vector<int64_t>&) { return loss(outputs); });
+}
+
+double Pipeline::train_step(const std::vector<c10::IValue>& inputs,
+                            const MicroBatchLossFunction& loss) {
+  return TrainStep(inputs,
+                   [&](const std::vector<at::Tensor>& outputs, const std::vector<int64_t>& sizes) {
+                     MicroBatchRows rows;
+                     for (int64_t size : sizes) rows.batch += size;
+                     at::Tensor total;
+                     for (int64_t size : sizes) {
+                       rows.size = size;
+                       at::Tensor share = loss(rows, MicroBatchOutputs(outputs, rows));
+                       total = total.defined() ? total + share : share;
+                       rows.offset += size;
+                       ++rows.index;
+                     }
+                     return total;
+                   });
+}
+
+double Pipeline::TrainStep(const std::vector<c10::IValue>& args, const BatchLoss& loss) {
+  at::AutoGradMode grad_mode(true);
+  // Every rank runs its part of both schedules; needs_grad must agree across
+  // ranks, so it does not depend on which parameters this rank holds.
+  std::vector<c10::IValue> inputs = BindArguments(core_->manifest.arguments, args);
+  std::vector<at::Tensor> outputs;
+  auto run = RunForward(inputs, true, outputs);
+  at::Tensor total = at::zeros({1}, at::kDouble);
+  if (core_->ranks.HoldsOutputs()) {
+    AttachBackward(run, inputs, outputs);
+    at::Tensor value = loss(outputs, run->micro_batches().sizes);
+    total.fill_(value.item<double>());
+    value.backward();
+  } else {
+    run->Backward({});
+  }
+  if (core_->peers) core_->peers->AllReduceSum(total, "the loss of this step");
+  return total.item<double>();
+}
+
+}  // namespace gpipe
