@@ -9,6 +9,10 @@
 
 #include <ATen/core/Tensor.h>
 
+// A command's output contains `text`; on failure, prints the whole output.
+#define EXPECT_OUTPUT_HAS(result, text) \
+  EXPECT_NE((result).output.find(text), std::string::npos) << (result).output
+
 namespace gpipe {
 class PeerGroup;
 }

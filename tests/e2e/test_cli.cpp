@@ -19,9 +19,6 @@ using testing::RunCli;
 using testing::TempDir;
 using testing::TestModel;
 
-#define EXPECT_OUTPUT_HAS(result, text) \
-  EXPECT_NE((result).output.find(text), std::string::npos) << (result).output
-
 TEST(Cli, CompileVerifyTrainSaveAndRunTheTrainedArtifact) {
   TempDir dir;
   auto compiled = RunCli("gpipe-compile", TestModel("mlp9.pt") + " -o " + dir.path("m.gpipe") +

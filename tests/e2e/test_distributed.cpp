@@ -27,9 +27,6 @@ using testing::TempDir;
 using testing::Options;
 using testing::TestModel;
 
-#define EXPECT_OUTPUT_HAS(result, text) \
-  EXPECT_NE((result).output.find(text), std::string::npos) << (result).output
-
 // mlp9 has dropout, so equality also checks that the ranks draw random
 // numbers exactly as one process does.
 const char* kTrain = " --sample-input 12x16 --train --steps 3 --lr 0.05 --seed 7";
