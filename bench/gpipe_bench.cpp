@@ -4,9 +4,9 @@
 // model, peak activation memory, and the GPipe bound from the run's own trace.
 
 #include <algorithm>
+#include <boost/filesystem.hpp>
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
 #include <iostream>
 #include <map>
 
@@ -116,8 +116,9 @@ int Main(int argc, char** argv) {
     if (v.isTensor()) v = v.toTensor().to(device);
   }
   const double batch = static_cast<double>(specs[0].shape[0]);
-  std::filesystem::path dir = std::filesystem::temp_directory_path() / ("gpipe-bench-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
+  boost::filesystem::path dir =
+      boost::filesystem::temp_directory_path() / ("gpipe-bench-" + std::to_string(::getpid()));
+  boost::filesystem::create_directories(dir);
 
   torch::jit::Module plain = torch::jit::load(model, device);
   plain.train();
@@ -147,7 +148,7 @@ int Main(int argc, char** argv) {
     sgds.push_back(std::make_unique<torch::optim::SGD>(pipes.back().parameters(), 1e-4));
     configs.push_back(c);
   }
-  std::filesystem::remove_all(dir);
+  boost::filesystem::remove_all(dir);
 
   const size_t variants = configs.size() + 1;  // 0 = plain
   std::vector<std::vector<double>> seconds(variants), peaks(variants);

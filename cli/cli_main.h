@@ -1,7 +1,7 @@
 #pragma once
 
+#include <boost/filesystem.hpp>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -61,7 +61,7 @@ inline void WriteFileAtomically(const std::string& path, const std::string& text
     out.flush();
     TORCH_CHECK(out, "writing '", temp, "' failed (disk full?)");
   }
-  std::filesystem::rename(temp, path);
+  boost::filesystem::rename(temp, path);
 }
 
 inline std::string MiB(int64_t bytes) {

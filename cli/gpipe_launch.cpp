@@ -10,9 +10,9 @@
 #include <sys/wait.h>
 
 #include <atomic>
+#include <boost/filesystem.hpp>
 #include <chrono>
 #include <csignal>
-#include <filesystem>
 #include <iostream>
 #include <mutex>
 #include <optional>
@@ -132,9 +132,10 @@ int Main(int argc, char** argv) {
   run_args.push_back("--distributed");
   if (master_port == 0) master_port = FreePort();
 
-  const auto gpipe_run = std::filesystem::read_symlink("/proc/self/exe").parent_path() / "gpipe-run";
-  TORCH_CHECK(std::filesystem::exists(gpipe_run), "gpipe-run is not next to gpipe-launch (looked for ",
-              gpipe_run.string(), ")");
+  const auto gpipe_run =
+      boost::filesystem::read_symlink("/proc/self/exe").parent_path() / "gpipe-run";
+  TORCH_CHECK(boost::filesystem::exists(gpipe_run),
+              "gpipe-run is not next to gpipe-launch (looked for ", gpipe_run.string(), ")");
   std::signal(SIGINT, ForwardSigint);
 
   std::mutex print_mutex;

@@ -1,11 +1,11 @@
 // gpipe-run: run or train a pipelined artifact on random data.
 
 #include <algorithm>
+#include <boost/filesystem.hpp>
 #include <chrono>
 #include <csignal>
-#include <filesystem>
-#include <fstream>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <thread>
 
@@ -57,7 +57,7 @@ void MaybeFailForTesting(int rank, int64_t step) {
 // With --trace and several ranks, every rank writes its own timeline.
 std::string RankFile(const std::string& path, int rank, bool distributed) {
   if (!distributed) return path;
-  std::filesystem::path p(path);
+  boost::filesystem::path p(path);
   return (p.parent_path() / (p.stem().string() + ".rank" + std::to_string(rank) + p.extension().string())).string();
 }
 
@@ -70,7 +70,8 @@ void PrintMemory(size_t num_stages) {
 }
 
 int Main(int argc, char** argv) {
-  std::string artifact, sample_input, loss_kind, checkpoint, devices, save, trace, ranks;
+  std::string artifact, sample_input, loss_kind, checkpoint, devices, save, trace, ranks, schedule;
+  int64_t virtual_stages = 1;
   int64_t steps = 10, chunks = 0, seed = 0, threads = 0, threads_per_stage = 0, checkpoint_every = 0;
   int64_t timeout_s = 300;
   std::string backend;
@@ -81,41 +82,52 @@ int Main(int argc, char** argv) {
       "Runs (or with --train, trains) a pipelined artifact on random data and reports\n"
       "throughput; with --data, trains on a data file with evaluation.\n\nOptions");
   gpipe::DataTrainingCli data_cli;
-  opts.add_options()
-      ("help,h", "print this help and exit")
-      ("artifact", po::value(&artifact), "artifact written by gpipe-compile (positional)")
-      ("sample-input", po::value(&sample_input), "input shape(s), e.g. 64x512 or 8x128:int64:1000 (required)")
-      ("train", "train with SGD instead of running inference")
-      ("steps", po::value(&steps)->default_value(10), "number of steps")
-      ("lr", po::value(&lr)->default_value(0.01), "--train: SGD learning rate")
-      ("loss", po::value(&loss_kind)->default_value("mse"),
-       "--train: mse (against a fixed random target) or sum; with --data: cross_entropy (the default there), "
-       "nll, mse, bce_with_logits or model (the model returns its loss)")
-      ("chunks", po::value(&chunks)->default_value(0), "micro-batches (0 = as compiled)")
-      ("checkpoint", po::value(&checkpoint), "always, except_last or never (default: as compiled)")
-      ("devices", po::value(&devices), "one device per stage (default: as compiled)")
-      ("seed", po::value(&seed)->default_value(0), "seed for inputs, target and dropout")
-      ("threads", po::value(&threads)->default_value(0),
-       "intra-op threads of the calling thread (0 = LibTorch's default)")
-      ("threads-per-stage", po::value(&threads_per_stage)->default_value(0),
-       "intra-op threads of each CPU stage's worker (0 = cores / CPU stages, -1 = LibTorch's default)")
-      ("save", po::value(&save), "after the last step, write the (trained) artifact here, atomically")
-      ("checkpoint-every", po::value(&checkpoint_every)->default_value(0),
-       "--save: also write it every K steps, so the last good state survives a crash (0 = only at the end)")
-      ("detect-anomaly", "check every stage output and gradient for NaN/Inf and name the first "
-       "stage and micro-batch that produced one")
-      ("trace", po::value(&trace), "write a Chrome/Perfetto timeline of every task to this JSON file")
-      ("report-memory", "print each stage's peak activation memory per step (counts CPU tensors "
-       "the stage's tasks allocate)")
-      ("distributed", "run this rank's stages of a multi-process pipeline; reads RANK, WORLD_SIZE, "
-       "MASTER_ADDR, MASTER_PORT (and LOCAL_WORLD_SIZE) as torchrun sets them (see gpipe-launch)")
-      ("ranks", po::value(&ranks), "--distributed: the rank running each stage, e.g. 0,0,1 (default: "
-       "as compiled, else one stage per rank)")
-      ("timeout-s", po::value(&timeout_s)->default_value(300),
-       "--distributed: give up on a peer that is silent this long (seconds)")
-      ("backend", po::value(&backend)->default_value("auto"),
-       "--distributed: how GPU tensors travel: auto (NCCL with a CUDA build and a GPU, else Gloo), "
-       "gloo (through host memory) or nccl");
+  opts.add_options()("help,h", "print this help and exit")(
+      "artifact", po::value(&artifact), "artifact written by gpipe-compile (positional)")(
+      "sample-input", po::value(&sample_input),
+      "input shape(s), e.g. 64x512 or 8x128:int64:1000 (required)")(
+      "train", "train with SGD instead of running inference")(
+      "steps", po::value(&steps)->default_value(10), "number of steps")(
+      "lr", po::value(&lr)->default_value(0.01), "--train: SGD learning rate")(
+      "loss", po::value(&loss_kind)->default_value("mse"),
+      "--train: mse (against a fixed random target) or sum; with --data: cross_entropy (the "
+      "default there), "
+      "nll, mse, bce_with_logits or model (the model returns its loss)")(
+      "chunks", po::value(&chunks)->default_value(0), "micro-batches (0 = as compiled)")(
+      "checkpoint", po::value(&checkpoint), "always, except_last or never (default: as compiled)")(
+      "schedule", po::value(&schedule)->default_value("gpipe"),
+      "--train: the order of work: gpipe, 1f1b, interleaved-1f1b or zb-h1")(
+      "virtual-stages", po::value(&virtual_stages)->default_value(1),
+      "--schedule interleaved-1f1b: stages per worker (the stage count must be a multiple)")(
+      "devices", po::value(&devices), "one device per stage (default: as compiled)")(
+      "seed", po::value(&seed)->default_value(0), "seed for inputs, target and dropout")(
+      "threads", po::value(&threads)->default_value(0),
+      "intra-op threads of the calling thread (0 = LibTorch's default)")(
+      "threads-per-stage", po::value(&threads_per_stage)->default_value(0),
+      "intra-op threads of each CPU stage's worker (0 = cores / CPU stages, -1 = LibTorch's "
+      "default)")("save", po::value(&save),
+                  "after the last step, write the (trained) artifact here, atomically")(
+      "checkpoint-every", po::value(&checkpoint_every)->default_value(0),
+      "--save: also write it every K steps, so the last good state survives a crash (0 = only at "
+      "the end)")("detect-anomaly",
+                  "check every stage output and gradient for NaN/Inf and name the first "
+                  "stage and micro-batch that produced one")(
+      "trace", po::value(&trace),
+      "write a Chrome/Perfetto timeline of every task to this JSON file")(
+      "report-memory",
+      "print each stage's peak activation memory per step (counts CPU tensors "
+      "the stage's tasks allocate)")(
+      "distributed",
+      "run this rank's stages of a multi-process pipeline; reads RANK, WORLD_SIZE, "
+      "MASTER_ADDR, MASTER_PORT (and LOCAL_WORLD_SIZE) as torchrun sets them (see gpipe-launch)")(
+      "ranks", po::value(&ranks),
+      "--distributed: the rank running each stage, e.g. 0,0,1 (default: "
+      "as compiled, else one stage per rank)")(
+      "timeout-s", po::value(&timeout_s)->default_value(300),
+      "--distributed: give up on a peer that is silent this long (seconds)")(
+      "backend", po::value(&backend)->default_value("auto"),
+      "--distributed: how GPU tensors travel: auto (NCCL with a CUDA build and a GPU, else Gloo), "
+      "gloo (through host memory) or nccl");
   po::options_description data_options("Training on data (--train --data PATH)");
   gpipe::AddDataTrainingOptions(data_options, data_cli);
   opts.add(data_options);
@@ -144,6 +156,9 @@ int Main(int argc, char** argv) {
   options.threads_per_stage = static_cast<int>(threads_per_stage);
   options.detect_anomaly = vm.count("detect-anomaly") > 0;
   if (vm.count("checkpoint")) options.checkpoint = gpipe::ParseCheckpointMode(checkpoint);
+  if (virtual_stages < 1) throw po::error("--virtual-stages must be at least 1");
+  options.schedule = schedule;
+  options.virtual_stages = static_cast<size_t>(virtual_stages);
   if (vm.count("devices")) options.devices = gpipe::SplitList(devices);
   auto specs = with_data ? std::vector<gpipe::InputSpec>{} : gpipe::ParseInputSpecs(sample_input);
   const bool report_memory = vm.count("report-memory") > 0;
@@ -225,11 +240,24 @@ int Main(int argc, char** argv) {
     MaybeFailForTesting(rank, step);
     if (train) {
       optimizer.zero_grad();
-      loss_value = pipe.train_step(inputs, [&](const std::vector<at::Tensor>& outputs) {
-        at::Tensor out = gpipe::LossInput(loss, outputs);  // the first floating output
-        if (!target.defined()) target = torch::randn_like(out.detach());
-        return gpipe::ComputeLoss(loss, out, target);
-      });
+      if (pipe.schedule() == "gpipe") {
+        loss_value = pipe.train_step(inputs, [&](const std::vector<at::Tensor>& outputs) {
+          at::Tensor out = gpipe::LossInput(loss, outputs);  // the first floating output
+          if (!target.defined()) target = torch::randn_like(out.detach());
+          return gpipe::ComputeLoss(loss, out, target);
+        });
+      } else {  // the loss inside the schedule, one share per micro-batch
+        loss_value = pipe.train_step(
+            inputs, [&](const gpipe::MicroBatchRows& rows, const std::vector<at::Tensor>& outputs) {
+              at::Tensor out = gpipe::LossInput(loss, outputs);
+              if (!target.defined()) {
+                std::vector<int64_t> shape = out.sizes().vec();
+                shape.at(0) = rows.batch;
+                target = torch::randn(shape, out.options().requires_grad(false));
+              }
+              return gpipe::LossShares(loss, target).Share(out, rows.offset, rows.size, rows.batch);
+            });
+      }
       TORCH_CHECK(std::isfinite(loss_value), "step ", step, ": the loss is ",
                   std::isnan(loss_value) ? "NaN" : (loss_value > 0 ? "+Inf" : "-Inf"),
                   "; the weights were not updated. Lower --lr, or find the first stage and micro-batch "

@@ -1,7 +1,7 @@
 #include "compiler/compile.h"
 
 #include <algorithm>
-#include <filesystem>
+#include <boost/filesystem.hpp>
 #include <limits>
 #include <sstream>
 
@@ -167,7 +167,7 @@ CompileReport CompileModel(const std::string& model_path, const std::string& out
   TORCH_CHECK(options.chunks >= 1, "--chunks is ", options.chunks, "; it must be at least 1");
   LoweredProgram program;
   program.lowered = LowerModel(LoadModel(model_path));
-  program.source_name = std::filesystem::path(model_path).filename().string();
+  program.source_name = boost::filesystem::path(model_path).filename().string();
   CompileReport report;
   SpecializeOmittedArguments(program.lowered, options, report);
   if (options.deferred_batch_norm) {

@@ -1,6 +1,6 @@
 #include "compiler/model_loader.h"
 
-#include <filesystem>
+#include <boost/filesystem.hpp>
 
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/passes/constant_propagation.h>
@@ -93,9 +93,9 @@ OutputStructure FlattenReturn(torch::jit::Graph& graph) {
 }  // namespace
 
 torch::jit::Module LoadModel(const std::string& path) {
-  TORCH_CHECK(std::filesystem::exists(path), "model file '", path,
+  TORCH_CHECK(boost::filesystem::exists(path), "model file '", path,
               "' does not exist; export one with torch.jit.script(model).save('", path, "')");
-  TORCH_CHECK(std::filesystem::is_regular_file(path), "model path '", path, "' is not a file");
+  TORCH_CHECK(boost::filesystem::is_regular_file(path), "model path '", path, "' is not a file");
   try {
     return torch::jit::load(path, c10::Device(c10::kCPU));
   } catch (const std::exception& e) {  // c10::Error, or torch::jit::ErrorReport from the script compiler

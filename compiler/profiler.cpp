@@ -1,7 +1,7 @@
 #include "compiler/profiler.h"
 
 #include <algorithm>
-#include <filesystem>
+#include <boost/filesystem.hpp>
 
 #include <stdlib.h>
 
@@ -23,21 +23,23 @@ double Median(std::vector<double> values) {
 class ScratchDirectory {
  public:
   ScratchDirectory() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "gpipe-profile-XXXXXX").string();
+    std::string pattern =
+        (boost::filesystem::temp_directory_path() / "gpipe-profile-XXXXXX").string();
     TORCH_CHECK(mkdtemp(pattern.data()) != nullptr, "cannot create a scratch directory under ",
-                std::filesystem::temp_directory_path().string(), " for profiling; set TMPDIR to a writable one");
+                boost::filesystem::temp_directory_path().string(),
+                " for profiling; set TMPDIR to a writable one");
     path_ = pattern;
   }
   ~ScratchDirectory() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
+    boost::system::error_code ignored;
+    boost::filesystem::remove_all(path_, ignored);
   }
   ScratchDirectory(const ScratchDirectory&) = delete;
   ScratchDirectory& operator=(const ScratchDirectory&) = delete;
   std::string file(const std::string& name) const { return (path_ / name).string(); }
 
  private:
-  std::filesystem::path path_;
+  boost::filesystem::path path_;
 };
 
 }  // namespace

@@ -4,7 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <filesystem>
+#include <boost/filesystem.hpp>
 #include <fstream>
 
 #include <c10/util/Exception.h>
@@ -13,7 +13,7 @@
 namespace gpipe {
 namespace {
 
-namespace fs = std::filesystem;
+namespace fs = boost::filesystem;
 
 std::atomic<bool> fail_before_rename{false};
 
@@ -63,7 +63,7 @@ void WriteArtifact(const std::string& path, const Manifest& manifest,
     TORCH_CHECK(!fail_before_rename, "failpoint: stopped between write and rename");
     fs::rename(temp, target);
   } catch (...) {
-    std::error_code ignored;
+    boost::system::error_code ignored;
     fs::remove(temp, ignored);
     throw;
   }

@@ -1,6 +1,6 @@
 #include "runtime/data_source.h"
 
-#include <filesystem>
+#include <boost/filesystem.hpp>
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -34,7 +34,7 @@ std::string Describe(
 class NpyDirectory : public DataSource {
  public:
   explicit NpyDirectory(const std::string& dir) {
-    namespace fs = std::filesystem;
+    namespace fs = boost::filesystem;
     if (fs::exists(fs::path(dir) / "inputs.npy")) {
       inputs_.push_back(MappedArray::OpenNpy((fs::path(dir) / "inputs.npy").string()));
     }
@@ -217,8 +217,8 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
 
 std::shared_ptr<const DataSource> OpenDataSource(const std::string& path,
                                                  const DataOptions& options) {
-  TORCH_CHECK(std::filesystem::exists(path), "data path '", path, "' does not exist");
-  if (std::filesystem::is_directory(path)) return std::make_shared<NpyDirectory>(path);
+  TORCH_CHECK(boost::filesystem::exists(path), "data path '", path, "' does not exist");
+  if (boost::filesystem::is_directory(path)) return std::make_shared<NpyDirectory>(path);
   if (EndsWith(path, ".pt") || EndsWith(path, ".pth")) return std::make_shared<SavedTensors>(path);
   if (EndsWith(path, ".bin")) {
     TORCH_CHECK(options.seq_len && *options.seq_len >= 1, "token file '", path,

@@ -4,9 +4,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <boost/filesystem.hpp>
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <optional>
@@ -25,10 +25,10 @@ constexpr size_t kMaxNpyHeader = 1 << 20;  // NumPy writes a few hundred bytes
 }
 
 size_t FileSize(const std::string& path) {
-  std::error_code error;
-  TORCH_CHECK(std::filesystem::is_regular_file(path, error), "data file '", path,
+  boost::system::error_code error;
+  TORCH_CHECK(boost::filesystem::is_regular_file(path, error), "data file '", path,
               "' does not exist");
-  auto size = std::filesystem::file_size(path, error);
+  auto size = boost::filesystem::file_size(path, error);
   TORCH_CHECK(!error, "cannot read the size of data file '", path, "': ", error.message());
   return static_cast<size_t>(size);
 }

@@ -16,6 +16,8 @@
 #include "runtime/pipeline_core.h"
 #include "runtime/pipeline_error.h"
 #include "runtime/pipeline_run.h"
+#include "runtime/schedule_ir.h"
+#include "runtime/schedule_validate.h"
 #include "runtime/torch_compat.h"
 
 namespace gpipe {
@@ -133,6 +135,16 @@ Pipeline Pipeline::load(const std::string& path, const PipelineOptions& options)
   core->detect_anomaly = options.detect_anomaly;
   core->copies = std::make_unique<CopyStreams>(options.copy_streams);
   core->checkpoint = manifest.checkpoint;
+  core->schedule = options.schedule.value_or("gpipe");
+  core->virtual_stages = options.virtual_stages.value_or(1);
+  try {  // refuse a schedule that cannot run these stages before the first step
+    ValidateSchedule(BuildSchedule(core->schedule, num_stages, static_cast<size_t>(core->chunks),
+                                   core->virtual_stages));
+  } catch (const std::invalid_argument& e) {
+    TORCH_CHECK(false, e.what());
+  }
+  TORCH_CHECK(core->schedule == "gpipe" || !options.peers, "schedule '", core->schedule,
+              "' runs in one process so far; with --distributed use --schedule gpipe");
   TORCH_CHECK(options.ranks.empty() || options.peers, "--ranks assigns stages to processes; it needs --distributed");
   if (options.peers) {
     core->peers = options.peers;
@@ -182,13 +194,28 @@ at::Tensor Pipeline::forward(const at::Tensor& input) {
   return forward(std::vector<c10::IValue>{input}).at(0);
 }
 
-std::shared_ptr<PipelineRun> Pipeline::RunForward(std::vector<c10::IValue> inputs, bool needs_grad,
-                                                 std::vector<at::Tensor>& outputs) {
+std::shared_ptr<PipelineRun> Pipeline::StartRun(std::vector<c10::IValue> inputs, bool needs_grad) {
   const Manifest& manifest = core_->manifest;
   TORCH_CHECK(inputs.size() == manifest.input_names.size(), "the model takes ",
               manifest.input_names.size(), " inputs but forward got ", inputs.size());
   CheckArguments(manifest.arguments, inputs);
-  auto run = std::make_shared<PipelineRun>(core_, Scatter(inputs, core_->chunks, manifest.arguments), needs_grad);
+  return std::make_shared<PipelineRun>(core_, Scatter(inputs, core_->chunks, manifest.arguments),
+                                       needs_grad);
+}
+
+// Deferred batch norm: the whole mini-batch's statistics, folded in once.
+void Pipeline::CommitDeferredBatchNorm() {
+  at::NoGradGuard no_grad;
+  for (auto& stage : core_->stages) {
+    if (stage.commits_batch_norm && stage.module.is_training())
+      stage.module.run_method(kCommitBatchNormMethod);
+  }
+}
+
+std::shared_ptr<PipelineRun> Pipeline::RunForward(std::vector<c10::IValue> inputs, bool needs_grad,
+                                                  std::vector<at::Tensor>& outputs) {
+  const Manifest& manifest = core_->manifest;
+  auto run = StartRun(inputs, needs_grad);
   try {
     run->Forward();
   } catch (const std::exception&) {
@@ -196,13 +223,7 @@ std::shared_ptr<PipelineRun> Pipeline::RunForward(std::vector<c10::IValue> input
     if (auto mismatch = DescribeMismatch(manifest.arguments, inputs)) TORCH_CHECK(false, *mismatch);
     throw;
   }
-  {
-    // Deferred batch norm: the whole mini-batch's statistics, folded in once.
-    at::NoGradGuard no_grad;
-    for (auto& stage : core_->stages) {
-      if (stage.commits_batch_norm && stage.module.is_training()) stage.module.run_method(kCommitBatchNormMethod);
-    }
-  }
+  CommitDeferredBatchNorm();
   if (!core_->ranks.HoldsOutputs()) return run;
   at::NoGradGuard no_grad;  // gather outside the stage graphs
   for (size_t k = 0; k < manifest.outputs.size(); ++k) {
@@ -335,5 +356,6 @@ void Pipeline::set_chunks(int64_t chunks) {
 CheckpointMode Pipeline::checkpoint() const { return core_->checkpoint; }
 void Pipeline::set_checkpoint(CheckpointMode mode) { core_->checkpoint = mode; }
 const Manifest& Pipeline::manifest() const { return core_->manifest; }
+const std::string& Pipeline::schedule() const { return core_->schedule; }
 
 }  // namespace gpipe

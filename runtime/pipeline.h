@@ -44,6 +44,11 @@ struct PipelineOptions {
   // (empty = the manifest's assignment, else one stage per rank).
   std::shared_ptr<PeerGroup> peers;
   std::vector<int> ranks;
+  // The order of work in train_step (schedule_ir.h): gpipe, 1f1b,
+  // interleaved-1f1b (with `virtual_stages` stages per worker) or zb-h1.
+  // Schedules other than gpipe need the loss per micro-batch.
+  std::optional<std::string> schedule;
+  std::optional<size_t> virtual_stages;
 };
 
 // Computes the loss from the model's outputs (a scalar tensor).
@@ -131,12 +136,15 @@ class Pipeline {
   void set_chunks(int64_t chunks);
   CheckpointMode checkpoint() const;
   void set_checkpoint(CheckpointMode mode);
+  const std::string& schedule() const;
   const Manifest& manifest() const;
 
  private:
   using BatchLoss = std::function<at::Tensor(const std::vector<at::Tensor>& outputs,
                                              const std::vector<int64_t>& micro_batch_sizes)>;
   double TrainStep(const std::vector<c10::IValue>& inputs, const BatchLoss& loss);
+  std::shared_ptr<PipelineRun> StartRun(std::vector<c10::IValue> inputs, bool needs_grad);
+  void CommitDeferredBatchNorm();
   explicit Pipeline(std::shared_ptr<PipelineCore> core);
   std::shared_ptr<PipelineRun> RunForward(std::vector<c10::IValue> inputs, bool needs_grad,
                                           std::vector<at::Tensor>& outputs);

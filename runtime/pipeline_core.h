@@ -33,6 +33,8 @@ struct PipelineCore {
   int64_t chunks = 1;
   bool detect_anomaly = false;
   CheckpointMode checkpoint = CheckpointMode::ExceptLast;
+  std::string schedule = "gpipe";  // train_step's order of work (BuildSchedule's names)
+  size_t virtual_stages = 1;
 };
 
 }  // namespace gpipe

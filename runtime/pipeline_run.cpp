@@ -1,359 +1,95 @@
+// The executor: runs a schedule's actions on the workers, each once its
+// dependencies are done, and the entry points that pick the actions.
+
 #include "runtime/pipeline_run.h"
 
-#include <optional>
-
-#include <torch/csrc/autograd/autograd.h>
-#include <torch/csrc/autograd/grad_mode.h>
+#include <map>
+#include <set>
+#include <tuple>
 
 #include "runtime/memory_tracker.h"
 #include "runtime/pipeline_error.h"
-#include "runtime/recompute.h"
+#include "runtime/schedule_ir.h"
 #include "runtime/value_transfer.h"
 
 namespace gpipe {
-namespace {
-
-bool CarriesGrad(const c10::IValue& v) {
-  return v.isTensor() && v.toTensor().defined() && v.toTensor().requires_grad();
-}
-
-// A stage input as the stage sees it: on the stage's device and, when it
-// carries gradient, a fresh leaf so that the stage's graph ends here.
-c10::IValue StageInput(const c10::IValue& v, const c10::Device& device, bool carries_grad,
-                       CopyStreams& copies) {
-  if (!v.isTensor() || !v.toTensor().defined()) return v;
-  at::Tensor t = copies.Copy(v.toTensor().detach(), device);  // the copy node of a device boundary
-  if (carries_grad) t.requires_grad_(true);
-  return t;
-}
-
-// --detect-anomaly: the first non-finite tensor stops the run, named.
-void CheckFinite(const c10::IValue& v, const char* what, size_t index) {
-  if (!v.isTensor() || !v.toTensor().defined()) return;
-  const at::Tensor& t = v.toTensor();
-  if (!at::isFloatingType(t.scalar_type()) && !at::isComplexType(t.scalar_type())) return;
-  TORCH_CHECK(at::isfinite(t).all().item<bool>(), "non-finite values (NaN or Inf) in ", what, " ", index,
-              " of this stage (--detect-anomaly: this is the first stage and micro-batch to produce one)");
-}
-
-std::string OutputName(size_t stage, int64_t output, size_t micro_batch) {
-  return "stage " + std::to_string(stage) + "'s output " + std::to_string(output) + " for micro-batch " +
-         std::to_string(micro_batch);
-}
-
-}  // namespace
 
 PipelineRun::PipelineRun(std::shared_ptr<PipelineCore> core, MicroBatches micro_batches,
                          bool needs_grad)
     : core_(std::move(core)), micro_batches_(std::move(micro_batches)), needs_grad_(needs_grad) {
   const size_t m = micro_batches_.inputs.size();
-  slots_.assign(m, std::vector<Slot>(core_->stages.size()));
+  const size_t num_stages = core_->stages.size();
+  slots_.assign(m, std::vector<Slot>(num_stages));
   for (size_t i = 0; i < m; ++i) {
-    for (size_t j = 0; j < core_->stages.size(); ++j) {
+    for (size_t j = 0; j < num_stages; ++j) {
       slots_[i][j].checkpointed = needs_grad_ && IsCheckpointed(core_->checkpoint, i, m);
     }
   }
+  producers_.resize(num_stages);
+  consumers_.resize(num_stages);
+  for (size_t j = 0; j < num_stages; ++j) {
+    std::set<size_t> from;
+    for (const ValueSource& source : core_->stages[j].inputs) {
+      if (source.origin == ValueSource::Origin::StageOutput) from.insert(source.stage);
+    }
+    for (size_t p : from) {
+      producers_[j].push_back(p);
+      consumers_[p].push_back(j);
+    }
+  }
+  produces_output_.assign(num_stages, false);
+  for (const ValueSource& source : core_->manifest.outputs) {
+    if (source.origin != ValueSource::Origin::StageOutput) continue;
+    produces_output_[source.stage] = true;
+    loss_stage_ = std::max(loss_stage_.value_or(0), static_cast<size_t>(source.stage));
+  }
+  progress_.forward_done.assign(m, std::vector<bool>(num_stages, false));
+  progress_.input_grads_done.assign(m, std::vector<bool>(num_stages, false));
+  progress_.loss_done.assign(m, false);
 }
 
 c10::IValue PipelineRun::SourceValue(size_t i, const ValueSource& source) const {
-  if (source.origin == ValueSource::Origin::ModelInput) return micro_batches_.inputs[i][source.index];
+  if (source.origin == ValueSource::Origin::ModelInput)
+    return micro_batches_.inputs[i][source.index];
   return slots_[i][source.stage].outputs[source.index];
 }
 
-// Several processes draw random numbers exactly as one process would: one
-// process's stages take turns on its one generator (RngTurnstile), so across
-// ranks the generator's state travels as a token, in the same ticket order.
-// Its home is the rank holding the outputs (where the loss draws, e.g. a
-// random target); it leaves home for the first random task of the forward
-// schedule, goes from task to task, and comes home after the last one.
-// Hops between tasks of one rank need no message. Recomputation replays
-// saved states and does not move the token.
-void PipelineRun::PlanRngRelay(const std::vector<std::vector<Task>>& clocks) {
-  std::vector<Task> order;
-  for (const auto& clock : clocks) {
-    for (const Task& t : clock) {
-      if (core_->stages[t.stage].uses_rng) order.push_back(t);
-    }
+ActionOrder PipelineRun::OrderFor(const Schedule& schedule,
+                                  const std::function<bool(const Action&)>& keep) const {
+  std::vector<std::optional<size_t>> thread_of_stage;
+  for (size_t j = 0; j < core_->stages.size(); ++j) {
+    if (core_->ranks.IsLocal(j))
+      thread_of_stage.push_back(core_->worker_of_stage[j]);
+    else
+      thread_of_stage.push_back(std::nullopt);
   }
-  const RankPlan& ranks = core_->ranks;
-  const size_t n = order.size();
-  auto holder = [&](size_t h) {  // h = 0 and n + 1: home; h = k + 1: task k
-    return h == 0 || h == n + 1 ? ranks.output_rank() : ranks.rank_of(order[h - 1].stage);
-  };
-  for (size_t k = 0; k < n; ++k) {
-    if (!ranks.IsLocal(order[k].stage)) continue;
-    Slot& slot = slots_[order[k].micro_batch][order[k].stage];
-    slot.rng_hop = k;
-    if (holder(k) != ranks.rank()) slot.rng_from = holder(k);
-    if (holder(k + 2) != ranks.rank()) slot.rng_to = holder(k + 2);
-  }
-  if (n == 0 || !ranks.HoldsOutputs()) return;
-  if (holder(1) != ranks.rank()) SendRngState(holder(1), 0);
-  if (holder(n) != ranks.rank()) {
-    rng_home_from_ = holder(n);
-    rng_home_hop_ = n;
-  }
+  return OrderActions(schedule, thread_of_stage, core_->workers.size(), keep);
 }
 
-void PipelineRun::SendRngState(int peer, size_t hop) {
-  core_->peers->Send(CaptureRngState(c10::Device(c10::kCPU)).cpu, peer, 2 * core_->ranks.RngMessage(hop),
-                     "the random-number generator's state");
-}
-
-void PipelineRun::ReceiveRngState(int peer, size_t hop) {
-  RngState state = CaptureRngState(c10::Device(c10::kCPU));  // for its size
-  core_->peers->Recv(state.cpu, peer, 2 * core_->ranks.RngMessage(hop), "the random-number generator's state");
-  RestoreRngState(state);
-}
+namespace {
+bool IsForward(const Action& action) { return action.kind == ActionKind::kForward; }
+}  // namespace
 
 void PipelineRun::Forward() {
-  auto clocks = ForwardClockCycles(slots_.size(), core_->stages.size());
-  if (core_->ranks.distributed()) PlanRngRelay(clocks);
-  Schedule(clocks, true);
-  if (rng_home_from_ >= 0) ReceiveRngState(rng_home_from_, rng_home_hop_);
+  const Schedule gpipe = BuildGpipe(core_->stages.size(), slots_.size());
+  if (core_->ranks.distributed()) {
+    // Every rank's random tasks, in the order all ranks agree on.
+    std::vector<std::optional<size_t>> everywhere(core_->stages.size(), 0);
+    PlanRngRelay(OrderActions(gpipe, everywhere, 1, IsForward).global);
+  }
+  Execute(OrderFor(gpipe, IsForward));
+  if (rng_home_from_) ReceiveRngState(*rng_home_from_, rng_home_hop_);
   ReceiveModelOutputs();
 }
 
-bool PipelineRun::IsRemote(const ValueSource& source) const {
-  return source.origin == ValueSource::Origin::StageOutput && !core_->ranks.IsLocal(source.stage);
-}
-
-// Input n of stage j (forward), or the gradient for it (backward), from the rank that runs its producer.
-c10::IValue PipelineRun::ReceiveInput(size_t i, size_t j, size_t n, bool backward) {
-  const ValueSource& source = core_->stages[j].inputs[n];
-  std::string what = OutputName(source.stage, source.index, i);
-  return RecvValue(*core_->peers, core_->ranks.rank_of(source.stage),
-                   core_->ranks.Message(backward, i, slots_.size(), j, n), what);
-}
-
-void PipelineRun::SendOutputs(size_t i, size_t j) {
-  const Slot& slot = slots_[i][j];
-  for (const RemoteUse& use : core_->ranks.remote_uses(j)) {
-    SendValue(*core_->peers, slot.outputs[use.output], slot.output_requires_grad[use.output], use.rank,
-              core_->ranks.Message(false, i, slots_.size(), use.consumer, use.input),
-              OutputName(j, use.output, i));
-  }
-}
-
-// A remote consumer that received an output carrying gradient always answers
-// with its gradient (None when it has none), so both sides agree on messages.
-void PipelineRun::ReceiveOutputGrads(size_t i, size_t j) {
-  Slot& slot = slots_[i][j];
-  for (const RemoteUse& use : core_->ranks.remote_uses(j)) {
-    if (!slot.output_requires_grad[use.output]) continue;
-    c10::IValue grad = RecvValue(*core_->peers, use.rank,
-                                 core_->ranks.Message(true, i, slots_.size(), use.consumer, use.input),
-                                 "the gradient of " + OutputName(j, use.output, i));
-    if (grad.isTensor()) {
-      AddGrad(slot.output_grads[use.output], grad.toTensor(), core_->stages[j].device);
-    }
-  }
-}
-
-void PipelineRun::ReceiveModelOutputs() {
-  if (!core_->ranks.distributed() || !core_->ranks.HoldsOutputs()) return;
-  const auto& outputs = core_->manifest.outputs;
-  remote_outputs_.assign(slots_.size(), std::vector<c10::IValue>(outputs.size()));
-  for (size_t k = 0; k < outputs.size(); ++k) {
-    if (!IsRemote(outputs[k])) continue;
-    for (size_t i = 0; i < slots_.size(); ++i) {
-      remote_outputs_[i][k] = RecvValue(
-          *core_->peers, core_->ranks.rank_of(outputs[k].stage),
-          core_->ranks.Message(false, i, slots_.size(), RankPlan::kModelOutputs, static_cast<int64_t>(k)),
-          OutputName(outputs[k].stage, outputs[k].index, i));
-    }
-  }
-}
-
-void PipelineRun::SendModelOutputGrads(const std::vector<at::Tensor>& output_grads) {
-  if (remote_outputs_.empty()) return;
-  for (size_t k = 0; k < core_->manifest.outputs.size(); ++k) {
-    const ValueSource& source = core_->manifest.outputs[k];
-    if (!IsRemote(source)) continue;
-    std::vector<at::Tensor> parts(slots_.size());
-    if (k < output_grads.size() && output_grads[k].defined()) {
-      parts = output_grads[k].split_with_sizes(micro_batches_.sizes, 0);
-    }
-    for (size_t i = 0; i < slots_.size(); ++i) {
-      if (!CarriesGrad(remote_outputs_[i][k])) continue;
-      SendValue(*core_->peers, parts[i], false, core_->ranks.rank_of(source.stage),
-                core_->ranks.Message(true, i, slots_.size(), RankPlan::kModelOutputs, static_cast<int64_t>(k)),
-                "the gradient of " + OutputName(source.stage, source.index, i));
-    }
-  }
-}
-
-std::vector<at::Tensor> PipelineRun::OutputParts(size_t k) const {
-  std::vector<at::Tensor> parts;
-  const ValueSource& source = core_->manifest.outputs[k];
-  for (size_t i = 0; i < slots_.size(); ++i) {
-    c10::IValue v = IsRemote(source) ? remote_outputs_[i][k] : SourceValue(i, source);
-    TORCH_CHECK(v.isTensor() || v.isNone(), "model output ", k, " is a ", v.tagKind(),
-                ", not a tensor; a pipelined model must return tensors with a batch dimension");
-    parts.push_back(v.isNone() ? at::Tensor() : v.toTensor());
-  }
-  return parts;
-}
-
-void PipelineRun::Schedule(const std::vector<std::vector<Task>>& clocks, bool forward) {
-  std::lock_guard<std::mutex> one_schedule_at_a_time(core_->run_mutex);
-  core_->turnstile.Reset();
-  for (const auto& clock : clocks) {
-    std::vector<std::future<void>> done;
-    for (const Task& t : clock) {
-      if (!core_->ranks.IsLocal(t.stage)) continue;  // another process runs it
-      const Stage& stage = core_->stages[t.stage];
-      // Tickets follow the schedule order, so random draws happen in the same
-      // order in every run. Backward only takes turns to recompute.
-      bool takes_turn = stage.uses_rng && (forward || slots_[t.micro_batch][t.stage].checkpointed);
-      uint64_t ticket = takes_turn ? core_->turnstile.TakeTicket() : UINT64_MAX;
-      auto& worker = *core_->workers[core_->worker_of_stage[t.stage]];
-      done.push_back(worker.Submit([this, t, ticket, forward] {
-        MemoryTracker::StageScope memory(t.stage);
-        TaskRecord record{t.stage, t.micro_batch,
-                          forward ? TaskRecord::Phase::Forward : TaskRecord::Phase::Backward,
-                          core_->worker_of_stage[t.stage], 0, 0};
-        const bool tracing = core_->trace.enabled();
-        if (tracing) record.start_ns = TaskTrace::NowNs();
-        try {
-          if (forward) {
-            RunForwardTask(t.micro_batch, t.stage, ticket);
-          } else {
-            RunBackwardTask(t.micro_batch, t.stage, ticket);
-          }
-          if (tracing) {
-            record.end_ns = TaskTrace::NowNs();
-            core_->trace.Record(record);
-          }
-        } catch (const std::exception& e) {
-          throw PipelineError(t.stage, t.micro_batch, forward ? "forward" : "backward", e);
-        }
-      }));
-    }
-    WaitAll(done);  // all tasks of a clock finish before the next clock starts
-  }
-  if (core_->peers) core_->peers->WaitSends();
-}
-
-void PipelineRun::RunForwardTask(size_t i, size_t j, uint64_t ticket) {
-  std::optional<RngTurnstile::Turn> turn;
-  if (ticket != UINT64_MAX) turn.emplace(core_->turnstile, ticket);  // first: never skipped
-  Stage& stage = core_->stages[j];
-  Slot& slot = slots_[i][j];
-  if (slot.rng_from >= 0) ReceiveRngState(slot.rng_from, slot.rng_hop);
-  bool any_grad = false;
-  for (size_t n = 0; n < stage.inputs.size(); ++n) {
-    const ValueSource& source = stage.inputs[n];
-    const bool remote = IsRemote(source);
-    c10::IValue v = remote ? ReceiveInput(i, j, n, false) : SourceValue(i, source);
-    bool carries = needs_grad_ && (source.origin == ValueSource::Origin::StageOutput && !remote
-                                       ? slots_[i][source.stage].output_requires_grad[source.index]
-                                       : CarriesGrad(v));
-    any_grad = any_grad || carries;
-    slot.inputs.push_back(StageInput(v, stage.device, carries, *core_->copies));
-  }
-  if (slot.checkpointed) {
-    if (stage.uses_rng) slot.rng = CaptureRngState(stage.device);
-    at::NoGradGuard no_grad;
-    slot.outputs = stage.Run(slot.inputs);
-    // Which outputs would carry gradient, had the forward recorded it.
-    bool params_grad = false;
-    for (const auto& p : stage.module.parameters()) params_grad = params_grad || p.requires_grad();
-    for (const auto& out : slot.outputs) {
-      bool floating = out.isTensor() && out.toTensor().defined() &&
-                      at::isFloatingType(out.toTensor().scalar_type());
-      slot.output_requires_grad.push_back(floating && (any_grad || params_grad));
-    }
-  } else {
-    at::AutoGradMode grad_mode(needs_grad_);
-    slot.outputs = stage.Run(slot.inputs);
-    for (const auto& out : slot.outputs) slot.output_requires_grad.push_back(CarriesGrad(out));
-  }
-  if (slot.rng_to >= 0) SendRngState(slot.rng_to, slot.rng_hop + 1);
-  if (core_->detect_anomaly) {
-    for (size_t k = 0; k < slot.outputs.size(); ++k) CheckFinite(slot.outputs[k], "output", k);
-  }
-  SendOutputs(i, j);
-}
-
-void PipelineRun::AddGrad(at::Tensor& into, const at::Tensor& grad, const c10::Device& device) {
-  if (!grad.defined()) return;
-  at::Tensor here = core_->copies->Copy(grad, device);  // back across a device boundary, if any
-  into = into.defined() ? into + here : here;
-}
-
-c10::Device PipelineRun::InputDevice(size_t k) const {
-  return micro_batches_.inputs[0][k].toTensor().device();  // only tensor inputs get gradients
-}
-
-void PipelineRun::RunBackwardTask(size_t i, size_t j, uint64_t ticket) {
-  std::optional<RngTurnstile::Turn> turn;
-  if (ticket != UINT64_MAX) turn.emplace(core_->turnstile, ticket);
-  Stage& stage = core_->stages[j];
-  Slot& slot = slots_[i][j];
-  slot.output_grads.resize(slot.outputs.size());
-  ReceiveOutputGrads(i, j);
-  bool any = false;
-  for (const auto& g : slot.output_grads) any = any || g.defined();
-  if (any) {
-    std::optional<BufferSnapshot> buffers;  // restored after this task's backward
-    if (slot.checkpointed) {  // recompute the graph, replaying the forward's random draws
-      buffers.emplace(stage.module);
-      RngState current;
-      if (stage.uses_rng) {
-        current = CaptureRngState(stage.device);
-        RestoreRngState(slot.rng);
-      }
-      RecomputeScope recompute;
-      at::AutoGradMode grad_mode(true);
-      int64_t start = core_->trace.enabled() ? TaskTrace::NowNs() : 0;
-      slot.outputs = stage.Run(slot.inputs);
-      if (start != 0) {
-        core_->trace.Record({j, i, TaskRecord::Phase::Recompute, core_->worker_of_stage[j], start,
-                             TaskTrace::NowNs()});
-      }
-      if (stage.uses_rng) RestoreRngState(current);
-    }
-    std::vector<at::Tensor> outs, grads;
-    for (size_t k = 0; k < slot.outputs.size(); ++k) {
-      if (slot.output_grads[k].defined() && CarriesGrad(slot.outputs[k])) {
-        outs.push_back(slot.outputs[k].toTensor());
-        grads.push_back(slot.output_grads[k]);
-      }
-    }
-    if (!outs.empty()) {
-      at::AutoGradMode grad_mode(true);
-      torch::autograd::backward(outs, grads);
-    }
-  }
-  for (size_t n = 0; n < stage.inputs.size(); ++n) {
-    const c10::IValue& leaf = slot.inputs[n];
-    if (!CarriesGrad(leaf)) continue;
-    const ValueSource& source = stage.inputs[n];
-    at::Tensor grad = leaf.toTensor().grad();
-    if (grad.defined() && core_->detect_anomaly) CheckFinite(grad, "the gradient of input", n);
-    if (IsRemote(source)) {  // always answered, so that the producer's rank knows it is done
-      SendValue(*core_->peers, grad, false, core_->ranks.rank_of(source.stage),
-                core_->ranks.Message(true, i, slots_.size(), j, n),
-                "the gradient of " + OutputName(source.stage, source.index, i));
-    } else if (!grad.defined()) {
-      continue;
-    } else if (source.origin == ValueSource::Origin::StageOutput) {
-      AddGrad(slots_[i][source.stage].output_grads[source.index], grad, core_->stages[source.stage].device);
-    } else {
-      AddGrad(input_grads_[i][source.index], grad, InputDevice(source.index));
-    }
-  }
-  slot = Slot();  // this (micro-batch, stage) is finished: free its activations
-}
-
 std::vector<at::Tensor> PipelineRun::Backward(const std::vector<at::Tensor>& output_grads) {
+  TORCH_CHECK(
+      core_->schedule == "gpipe", "this pipeline trains with schedule '", core_->schedule,
+      "', which runs each micro-batch's backward amid the others' forwards: train it with "
+      "train_step(inputs, a loss per micro-batch); forward() then backward() runs gpipe only");
   const size_t m = slots_.size();
   const size_t num_inputs = micro_batches_.batched.size();
   input_grads_.assign(m, std::vector<at::Tensor>(num_inputs));
-  for (auto& row : slots_) {
-    for (auto& slot : row) slot.output_grads.assign(slot.outputs.size(), at::Tensor());
-  }
   for (size_t k = 0; k < output_grads.size(); ++k) {
     const ValueSource& source = core_->manifest.outputs[k];
     if (!output_grads[k].defined() || IsRemote(source)) continue;  // remote: SendModelOutputGrads
@@ -367,7 +103,8 @@ std::vector<at::Tensor> PipelineRun::Backward(const std::vector<at::Tensor>& out
     }
   }
   SendModelOutputGrads(output_grads);
-  Schedule(BackwardClockCycles(m, core_->stages.size()), false);
+  Execute(
+      OrderFor(BuildGpipe(core_->stages.size(), m), [](const Action& a) { return !IsForward(a); }));
   std::vector<at::Tensor> result(num_inputs);
   for (size_t k = 0; k < num_inputs; ++k) {
     std::vector<at::Tensor> parts;
@@ -387,6 +124,182 @@ std::vector<at::Tensor> PipelineRun::Backward(const std::vector<at::Tensor>& out
     result[k] = Gather(parts);
   }
   return result;
+}
+
+double PipelineRun::TrainStep(const Schedule& schedule, const RunMicroBatchLoss& loss) {
+  TORCH_CHECK(!core_->ranks.distributed(), "the loss inside the schedule runs in one process");
+  TORCH_CHECK(loss_stage_.has_value(), "the model returns no stage output to compute a loss from");
+  const size_t m = slots_.size();
+  input_grads_.assign(m, std::vector<at::Tensor>(micro_batches_.batched.size()));
+  losses_.assign(m, 0.0);
+  loss_ = &loss;
+  try {
+    Execute(OrderFor(schedule, [](const Action&) { return true; }));
+  } catch (...) {
+    loss_ = nullptr;
+    throw;
+  }
+  loss_ = nullptr;
+  double total = 0.0;
+  for (double value : losses_) total += value;  // in micro-batch order: the same sum every run
+  return total;
+}
+
+bool PipelineRun::WaitForDependencies(const Action& action) {
+  const size_t i = action.micro_batch;
+  const size_t j = action.stage;
+  const size_t num_stages = core_->stages.size();
+  auto local = [&](size_t stage) { return core_->ranks.IsLocal(stage); };
+  auto ready = [&]() -> bool {
+    if (progress_.failed) return true;
+    switch (action.kind) {
+      case ActionKind::kForward:
+        // Its producers, and the previous stage: the order the schedule was validated in.
+        if (j > 0 && local(j - 1) && !progress_.forward_done[i][j - 1]) return false;
+        for (size_t p : producers_[j]) {
+          if (local(p) && !progress_.forward_done[i][p]) return false;
+        }
+        return true;
+      case ActionKind::kBackward:
+      case ActionKind::kBackwardInput:
+        if (!progress_.forward_done[i][j]) return false;
+        if (j + 1 < num_stages && local(j + 1) && !progress_.input_grads_done[i][j + 1])
+          return false;
+        for (size_t c : consumers_[j]) {
+          if (local(c) && !progress_.input_grads_done[i][c]) return false;
+        }
+        return !(loss_ && produces_output_[j] && !progress_.loss_done[i]);
+      case ActionKind::kBackwardWeight:
+        return static_cast<bool>(progress_.input_grads_done[i][j]);
+    }
+    return true;
+  };
+  std::unique_lock<std::mutex> lock(progress_.mutex);
+  progress_.changed.wait(lock, ready);
+  return !progress_.failed;
+}
+
+void PipelineRun::MarkDone(const Action& action) {
+  {
+    std::lock_guard<std::mutex> lock(progress_.mutex);
+    const size_t i = action.micro_batch;
+    if (action.kind == ActionKind::kForward) {
+      progress_.forward_done[i][action.stage] = true;
+      if (loss_ && action.stage == loss_stage_) progress_.loss_done[i] = true;
+    } else if (action.kind != ActionKind::kBackwardWeight) {
+      progress_.input_grads_done[i][action.stage] = true;
+    }
+  }
+  progress_.changed.notify_all();
+}
+
+void PipelineRun::RunAction(const Action& action, std::optional<uint64_t> ticket) {
+  const size_t i = action.micro_batch;
+  const size_t j = action.stage;
+  MemoryTracker::StageScope memory(j);
+  static const std::map<ActionKind, TaskRecord::Phase> kPhase = {
+      {ActionKind::kForward, TaskRecord::Phase::Forward},
+      {ActionKind::kBackward, TaskRecord::Phase::Backward},
+      {ActionKind::kBackwardInput, TaskRecord::Phase::BackwardInput},
+      {ActionKind::kBackwardWeight, TaskRecord::Phase::BackwardWeight}};
+  TaskRecord record{j, i, kPhase.at(action.kind), core_->worker_of_stage[j], 0, 0};
+  const bool tracing = core_->trace.enabled();
+  if (tracing) record.start_ns = TaskTrace::NowNs();
+  if (action.kind == ActionKind::kForward) {
+    RunForwardTask(i, j, ticket);
+    if (loss_ && j == loss_stage_) {
+      try {
+        RunLoss(i);  // still inside this task's turn on the generator
+      } catch (...) {
+        throw LossFailure{std::current_exception()};
+      }
+    }
+  } else {
+    RunBackwardTask(i, j, ticket, action.kind);
+  }
+  if (tracing) {
+    record.end_ns = TaskTrace::NowNs();
+    core_->trace.Record(record);
+  }
+}
+
+void PipelineRun::Fail() {
+  {
+    std::lock_guard<std::mutex> lock(progress_.mutex);
+    progress_.failed = true;
+  }
+  progress_.changed.notify_all();
+}
+
+void PipelineRun::Execute(const ActionOrder& order) {
+  std::lock_guard<std::mutex> one_schedule_at_a_time(core_->run_mutex);
+  core_->turnstile.Reset();
+  // Tickets in the order all threads agree on, so random draws happen in the
+  // same order in every run. A backward takes a turn only to recompute.
+  std::map<std::tuple<ActionKind, size_t, size_t>, uint64_t> tickets;
+  for (const Action& a : order.global) {
+    const Stage& stage = core_->stages[a.stage];
+    bool takes_turn = false;
+    if (a.kind == ActionKind::kForward) {
+      takes_turn =
+          stage.uses_rng || (loss_ && a.stage == loss_stage_);  // the loss runs in this task
+    } else if (a.kind != ActionKind::kBackwardWeight) {
+      takes_turn = stage.uses_rng && slots_[a.micro_batch][a.stage].checkpointed;
+    }
+    if (takes_turn) tickets[{a.kind, a.stage, a.micro_batch}] = core_->turnstile.TakeTicket();
+  }
+  {
+    std::lock_guard<std::mutex> lock(progress_.mutex);
+    progress_.failed = false;
+  }
+  // The failure reported is the first in that order (e.g. the first stage
+  // and micro-batch to produce a NaN), whichever thread met it first.
+  std::map<std::tuple<ActionKind, size_t, size_t>, size_t> position;
+  for (size_t k = 0; k < order.global.size(); ++k) {
+    const Action& a = order.global[k];
+    position[{a.kind, a.stage, a.micro_batch}] = k;
+  }
+  std::mutex failures_mutex;
+  std::map<size_t, std::exception_ptr> failures;  // by position
+  std::vector<std::future<void>> done;
+  for (size_t thread = 0; thread < order.per_thread.size(); ++thread) {
+    for (const Action& a : order.per_thread[thread]) {
+      std::optional<uint64_t> ticket;
+      auto it = tickets.find({a.kind, a.stage, a.micro_batch});
+      if (it != tickets.end()) ticket = it->second;
+      const size_t at = position.at({a.kind, a.stage, a.micro_batch});
+      done.push_back(
+          core_->workers[thread]->Submit([this, a, ticket, at, &failures, &failures_mutex] {
+            if (!WaitForDependencies(a)) {  // a task failed: pass this one's turn on and stop
+              if (ticket) RngTurnstile::Turn pass(core_->turnstile, *ticket);
+              return;
+            }
+            try {
+              RunAction(a, ticket);
+            } catch (
+                const LossFailure& failure) {  // the caller's loss: its own message, no stage named
+              {
+                std::lock_guard<std::mutex> lock(failures_mutex);
+                failures[at] = failure.cause;
+              }
+              Fail();
+              return;
+            } catch (const std::exception& e) {
+              {
+                std::lock_guard<std::mutex> lock(failures_mutex);
+                failures[at] = std::make_exception_ptr(PipelineError(
+                    a.stage, a.micro_batch, IsForward(a) ? "forward" : "backward", e));
+              }
+              Fail();
+              return;
+            }
+            MarkDone(a);
+          }));
+    }
+  }
+  WaitAll(done);
+  if (!failures.empty()) std::rethrow_exception(failures.begin()->second);
+  if (core_->peers) core_->peers->WaitSends();
 }
 
 }  // namespace gpipe

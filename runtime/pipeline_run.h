@@ -1,28 +1,45 @@
 #pragma once
 
+#include <condition_variable>
+#include <functional>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <vector>
 
 #include <ATen/core/ivalue.h>
 
 #include "runtime/microbatch.h"
 #include "runtime/pipeline_core.h"
-#include "runtime/schedule.h"
+#include "runtime/recompute.h"
 #include "runtime/rng_turnstile.h"
+#include "runtime/schedule_order.h"
 
 namespace gpipe {
+
+// The loss of micro-batch i from its model outputs (leaves whose gradients
+// become the stages' output gradients), as its share of the mini-batch's.
+using RunMicroBatchLoss =
+    std::function<at::Tensor(size_t i, const std::vector<at::Tensor>& outputs)>;
 
 // The state of one forward call and its backward: per (micro-batch, stage)
 // the stage's inputs, outputs and the gradients arriving for its outputs.
 //
-// Forward runs the GPipe clock schedule on the workers. With autograd on,
-// every stage input that carries gradient is cut into a fresh leaf, so each
-// (micro-batch, stage) owns a small autograd graph; Backward then runs the
-// mirrored clock schedule, each task backpropagating its own graph with
-// torch::autograd::backward and handing its input leaves' gradients to the
-// producing stages. That explicit order is what torchgpipe's Fork/Join
-// phony edges enforce inside one autograd graph; here no extra edges are
-// needed, and a checkpointed task simply recomputes its graph first.
+// Every stage input that carries gradient is cut into a fresh leaf, so each
+// (micro-batch, stage) owns a small autograd graph. The executor (Execute)
+// runs a schedule's action list: F runs a stage's forward, B backpropagates
+// its own graph with torch::autograd::backward and hands its input leaves'
+// gradients to the producing stages, I and W are B's halves (input
+// gradients first, the weights' later). That explicit order is what
+// torchgpipe's Fork/Join phony edges enforce inside one autograd graph; here
+// no extra edges are needed, and a checkpointed task recomputes its graph
+// first.
+//
+// Two ways to train. forward() then loss.backward(): Forward runs GPipe's
+// forwards, the caller's loss runs on the gathered outputs, and Backward
+// GPipe's backwards. train_step with a per-micro-batch loss: TrainStep runs
+// the whole schedule (any of them), each micro-batch's loss right after the
+// forward that completes its outputs, so 1F1B can start backwards early.
 class PipelineRun {
  public:
   PipelineRun(std::shared_ptr<PipelineCore> core, MicroBatches micro_batches, bool needs_grad);
@@ -39,7 +56,19 @@ class PipelineRun {
   // the input did not require grad). Releases the saved state.
   std::vector<at::Tensor> Backward(const std::vector<at::Tensor>& output_grads);
 
+  // One process: runs every action of `schedule` (forwards, the loss of each
+  // micro-batch, backwards) and returns the sum of the micro-batch losses.
+  double TrainStep(const Schedule& schedule, const RunMicroBatchLoss& loss);
+
  private:
+  // Threading contract. Slot (i, j) is written only by the tasks of stage j
+  // for micro-batch i, which run one after another on stage j's thread: F
+  // fills inputs and outputs, B or I and W read them and free the slot.
+  // Other threads touch it at two points, each ordered by `progress_`:
+  // consumers' F read its outputs after F(j, i) is marked done, and
+  // consumers' B or I (and the loss) add into its output_grads before B or
+  // I (j, i) may start, one at a time, since each waits for the next
+  // stage's to be done.
   struct Slot {
     std::vector<c10::IValue> inputs;   // the stage's inputs (leaves where they carry gradient)
     std::vector<c10::IValue> outputs;
@@ -47,29 +76,65 @@ class PipelineRun {
     std::vector<at::Tensor> output_grads;
     bool checkpointed = false;
     RngState rng;  // generator state before the forward, for an exact recompute
-    int rng_from = -1;  // several processes: the rank handing this task the generator state
-    int rng_to = -1;    // and the rank it hands it on to (-1: this rank, no message)
+    // Several processes: the rank handing this task the generator state and
+    // the rank it hands it on to (nullopt: this rank, no message).
+    std::optional<int> rng_from;
+    std::optional<int> rng_to;
     size_t rng_hop = 0;
+    // I ran, W not yet: what W backpropagates into the weights.
+    std::vector<at::Tensor> pending_outputs;
+    std::vector<at::Tensor> pending_grads;
   };
 
-  void RunForwardTask(size_t i, size_t j, uint64_t ticket);
-  // Multi-process: values and gradients crossing to other ranks.
-  bool IsRemote(const ValueSource& source) const;
-  c10::IValue ReceiveInput(size_t i, size_t j, size_t n, bool backward);
-  void SendOutputs(size_t i, size_t j);
-  void ReceiveOutputGrads(size_t i, size_t j);
-  void ReceiveModelOutputs();
-  void SendModelOutputGrads(const std::vector<at::Tensor>& output_grads);
-  void PlanRngRelay(const std::vector<std::vector<Task>>& clocks);
-  void SendRngState(int peer, size_t hop);
-  void ReceiveRngState(int peer, size_t hop);
-  void RunBackwardTask(size_t i, size_t j, uint64_t ticket);
-  void Schedule(const std::vector<std::vector<Task>>& clocks, bool forward);
+  // Which actions have finished, for the executor's waits.
+  struct Progress {
+    std::mutex mutex;
+    std::condition_variable changed;
+    std::vector<std::vector<bool>> forward_done;      // [micro-batch][stage]
+    std::vector<std::vector<bool>> input_grads_done;  // B or I done: gradients handed on
+    std::vector<bool> loss_done;                      // [micro-batch]
+    bool failed = false;  // a task threw: the others stop waiting and skip
+  };
+
+  // The executor: runs `order` on the workers, each action once its
+  // dependencies are done, random draws in `order.global`'s order.
+  void Execute(const ActionOrder& order);
+  ActionOrder OrderFor(const Schedule& schedule,
+                       const std::function<bool(const Action&)>& keep) const;
+  // Blocks until `action`'s dependencies are done; false if a task failed.
+  bool WaitForDependencies(const Action& action);
+  void MarkDone(const Action& action);
+  void Fail();  // a task threw: wake every waiting task so that it skips
+  // What the caller's loss threw, passed through unchanged (it is not a stage's failure).
+  struct LossFailure {
+    std::exception_ptr cause;
+  };
+  void RunAction(const Action& action, std::optional<uint64_t> ticket);
+
+  // The task bodies (pipeline_tasks.cpp).
+  void RunForwardTask(size_t i, size_t j, std::optional<uint64_t> ticket);
+  void RunLoss(size_t i);
+  void RunBackwardTask(size_t i, size_t j, std::optional<uint64_t> ticket, ActionKind kind);
+  void RecomputeIfCheckpointed(size_t i, size_t j, std::optional<BufferSnapshot>& buffers);
+  void HandInputGrads(size_t i, size_t j, const std::vector<at::Tensor>& grads);
   c10::IValue SourceValue(size_t i, const ValueSource& source) const;
   // Adds `grad` into `into`, a gradient kept on `device` (its stage's, or its
   // model input's): a gradient coming from another device is copied there.
   void AddGrad(at::Tensor& into, const at::Tensor& grad, const c10::Device& device);
   c10::Device InputDevice(size_t k) const;  // where the caller's model input k lives
+
+  // Several processes: values, gradients and the generator's state crossing
+  // to other ranks (pipeline_exchange.cpp).
+  bool IsRemote(const ValueSource& source) const;
+  c10::IValue ReceiveInput(size_t i, size_t j, size_t n, bool backward);
+  void SendOutputs(size_t i, size_t j);
+  void ReceiveOutputGrads(size_t i, size_t j);
+  void SendInputGrad(size_t i, size_t j, size_t n, const at::Tensor& grad);
+  void ReceiveModelOutputs();
+  void SendModelOutputGrads(const std::vector<at::Tensor>& output_grads);
+  void PlanRngRelay(const std::vector<Action>& order);
+  void SendRngState(int peer, size_t hop);
+  void ReceiveRngState(int peer, size_t hop);
 
   std::shared_ptr<PipelineCore> core_;
   MicroBatches micro_batches_;
@@ -77,8 +142,19 @@ class PipelineRun {
   std::vector<std::vector<Slot>> slots_;          // [micro-batch][stage]
   std::vector<std::vector<at::Tensor>> input_grads_;  // [micro-batch][model input]
   std::vector<std::vector<c10::IValue>> remote_outputs_;  // [micro-batch][model output] from other ranks
-  int rng_home_from_ = -1;  // the rank returning the generator state after the forward (see PlanRngRelay)
+  // The rank returning the generator state after the forward (see PlanRngRelay).
+  std::optional<int> rng_home_from_;
   size_t rng_home_hop_ = 0;
+  Progress progress_;
+  const RunMicroBatchLoss* loss_ = nullptr;  // set while TrainStep runs
+  std::vector<double> losses_;               // [micro-batch], written by RunLoss
+  std::optional<size_t> loss_stage_;         // the last stage producing a model output
+  // The data flow between stages, for the executor's waits: per stage the
+  // stages it reads from and those reading it, and whether it produces a
+  // model output (whose gradient the loss gives).
+  std::vector<std::vector<size_t>> producers_;
+  std::vector<std::vector<size_t>> consumers_;
+  std::vector<bool> produces_output_;
 };
 
 }  // namespace gpipe

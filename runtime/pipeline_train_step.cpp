@@ -10,6 +10,7 @@
 #include "runtime/pipeline_backward.h"
 #include "runtime/pipeline_core.h"
 #include "runtime/pipeline_run.h"
+#include "runtime/schedule_ir.h"
 
 namespace gpipe {
 
@@ -30,26 +31,58 @@ std::vector<at::Tensor> MicroBatchOutputs(const std::vector<at::Tensor>& outputs
 }  // namespace
 
 double Pipeline::train_step(const std::vector<c10::IValue>& inputs, const LossFunction& loss) {
+  TORCH_CHECK(
+      core_->schedule == "gpipe", "schedule '", core_->schedule,
+      "' runs each micro-batch's backward before the others' forward, so it needs the loss per "
+      "micro-batch: call train_step with a MicroBatchLossFunction (see LossShares), or use gpipe");
   return TrainStep(inputs, [&](const std::vector<at::Tensor>& outputs,
                                const std::vector<int64_t>&) { return loss(outputs); });
 }
 
 double Pipeline::train_step(const std::vector<c10::IValue>& inputs,
                             const MicroBatchLossFunction& loss) {
-  return TrainStep(inputs,
-                   [&](const std::vector<at::Tensor>& outputs, const std::vector<int64_t>& sizes) {
-                     MicroBatchRows rows;
-                     for (int64_t size : sizes) rows.batch += size;
-                     at::Tensor total;
-                     for (int64_t size : sizes) {
-                       rows.size = size;
-                       at::Tensor share = loss(rows, MicroBatchOutputs(outputs, rows));
-                       total = total.defined() ? total + share : share;
-                       rows.offset += size;
-                       ++rows.index;
-                     }
-                     return total;
-                   });
+  if (core_->ranks
+          .distributed()) {  // GPipe's forward, the losses on the outputs' rank, the backward
+    return TrainStep(
+        inputs, [&](const std::vector<at::Tensor>& outputs, const std::vector<int64_t>& sizes) {
+          MicroBatchRows rows;
+          for (int64_t size : sizes) rows.batch += size;
+          at::Tensor total;
+          for (int64_t size : sizes) {
+            rows.size = size;
+            at::Tensor share = loss(rows, MicroBatchOutputs(outputs, rows));
+            total = total.defined() ? total + share : share;
+            rows.offset += size;
+            ++rows.index;
+          }
+          return total;
+        });
+  }
+  // One process: the whole schedule, each micro-batch's loss inside it.
+  at::AutoGradMode grad_mode(true);
+  std::vector<c10::IValue> bound = BindArguments(core_->manifest.arguments, inputs);
+  auto run = StartRun(bound, true);
+  const std::vector<int64_t>& sizes = run->micro_batches().sizes;
+  std::vector<MicroBatchRows> rows(sizes.size());
+  int64_t batch = 0;
+  for (int64_t size : sizes) batch += size;
+  for (size_t i = 0, offset = 0; i < sizes.size(); offset += sizes[i], ++i) {
+    rows[i] = {i, static_cast<int64_t>(offset), sizes[i], batch};
+  }
+  const Schedule schedule =
+      BuildSchedule(core_->schedule, core_->stages.size(), sizes.size(), core_->virtual_stages);
+  double total = 0.0;
+  try {
+    total = run->TrainStep(schedule, [&](size_t i, const std::vector<at::Tensor>& outputs) {
+      return loss(rows[i], outputs);
+    });
+  } catch (const std::exception&) {
+    if (auto mismatch = DescribeMismatch(core_->manifest.arguments, bound))
+      TORCH_CHECK(false, *mismatch);
+    throw;
+  }
+  CommitDeferredBatchNorm();
+  return total;
 }
 
 double Pipeline::TrainStep(const std::vector<c10::IValue>& args, const BatchLoss& loss) {

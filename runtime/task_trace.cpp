@@ -30,6 +30,10 @@ const char* ToString(TaskRecord::Phase phase) {
     case TaskRecord::Phase::Forward: return "forward";
     case TaskRecord::Phase::Backward: return "backward";
     case TaskRecord::Phase::Recompute: return "recompute";
+    case TaskRecord::Phase::BackwardInput:
+      return "backward-input";
+    case TaskRecord::Phase::BackwardWeight:
+      return "backward-weight";
   }
   return "?";
 }

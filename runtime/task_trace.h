@@ -13,7 +13,7 @@ namespace gpipe {
 // writes it as a Chrome/Perfetto timeline. Off, it costs one atomic load per
 // task.
 struct TaskRecord {
-  enum class Phase { Forward, Backward, Recompute };
+  enum class Phase { Forward, Backward, Recompute, BackwardInput, BackwardWeight };
   size_t stage = 0;
   size_t micro_batch = 0;
   Phase phase = Phase::Forward;

@@ -19,19 +19,19 @@
 namespace gpipe::testing {
 
 std::string TestModel(const std::string& name) {
-  return (std::filesystem::path(GPIPE_TEST_MODELS_DIR) / name).string();
+  return (boost::filesystem::path(GPIPE_TEST_MODELS_DIR) / name).string();
 }
 
 TempDir::TempDir() {
   static std::atomic<int> counter{0};
-  dir_ = std::filesystem::path(GPIPE_TEST_TMP_DIR) /
+  dir_ = boost::filesystem::path(GPIPE_TEST_TMP_DIR) /
          ("t" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-  std::filesystem::create_directories(dir_);
+  boost::filesystem::create_directories(dir_);
 }
 
 TempDir::~TempDir() {
-  std::error_code ignored;
-  std::filesystem::remove_all(dir_, ignored);
+  boost::system::error_code ignored;
+  boost::filesystem::remove_all(dir_, ignored);
 }
 
 std::string ErrorOf(const std::function<void()>& call) {

@@ -1,6 +1,6 @@
 #pragma once
 
-#include <filesystem>
+#include <boost/filesystem.hpp>
 #include <functional>
 #include <memory>
 #include <string>
@@ -30,7 +30,7 @@ class TempDir {
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
 
  private:
-  std::filesystem::path dir_;
+  boost::filesystem::path dir_;
 };
 
 struct CommandResult {

@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include <filesystem>
+#include <boost/filesystem.hpp>
 #include <numeric>
 
 #include "compiler/compile.h"
@@ -51,7 +51,8 @@ TEST(BalanceBy, SizeIsolatesALayerHoldingMostParameters) {
   // The costs are kept in the artifact.
   Pipeline pipe = Pipeline::load(dir.path("b.gpipe"));
   EXPECT_EQ(pipe.manifest().unit_costs, report.unit_costs);
-  EXPECT_FALSE(std::filesystem::exists(dir.path(".b.gpipe.profile.tmp"))) << "profiling left its artifact";
+  EXPECT_FALSE(boost::filesystem::exists(dir.path(".b.gpipe.profile.tmp")))
+      << "profiling left its artifact";
 }
 
 TEST(BalanceBy, TimeBalancedTransformerStillVerifies) {

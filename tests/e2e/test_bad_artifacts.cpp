@@ -3,7 +3,7 @@
 
 #include <gtest/gtest.h>
 
-#include <filesystem>
+#include <boost/filesystem.hpp>
 #include <fstream>
 
 #include <caffe2/serialize/inline_container.h>
@@ -119,7 +119,7 @@ TEST(BadArtifact, CompileRejectsZeroChunksAndWritesNothing) {
   auto result = RunCli("gpipe-compile", TestModel("mlp9.pt") + " -o " + dir.path("m.gpipe") + " --chunks 0");
   EXPECT_EQ(result.exit_code, 1);
   EXPECT_HAS(result.output, "--chunks is 0; it must be at least 1");
-  EXPECT_FALSE(std::filesystem::exists(dir.path("m.gpipe")));
+  EXPECT_FALSE(boost::filesystem::exists(dir.path("m.gpipe")));
 }
 
 }  // namespace

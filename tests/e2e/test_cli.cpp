@@ -3,7 +3,7 @@
 
 #include <gtest/gtest.h>
 
-#include <filesystem>
+#include <boost/filesystem.hpp>
 #include <fstream>
 
 #include <torch/torch.h>
@@ -57,7 +57,7 @@ TEST(Cli, NonFiniteLossStopsBeforeTheUpdate) {
   EXPECT_OUTPUT_HAS(run, "step 1/5  loss ");
   EXPECT_OUTPUT_HAS(run, "gpipe-run: error: step 2: the loss is NaN; the weights were not updated. Lower --lr, or "
                          "find the first stage and micro-batch producing NaN/Inf with --detect-anomaly\n");
-  EXPECT_FALSE(std::filesystem::exists(dir.path("out.gpipe"))) << "diverged weights were saved";
+  EXPECT_FALSE(boost::filesystem::exists(dir.path("out.gpipe"))) << "diverged weights were saved";
 }
 
 TEST(Cli, HelpListsEveryOptionWithItsDefault) {
@@ -97,8 +97,8 @@ TEST_P(CliBadInput, FailsWithAClearMessageAndWritesNothing) {
   EXPECT_EQ(result.exit_code, bad.exit_code) << result.output;
   EXPECT_OUTPUT_HAS(result, bad.message);
   EXPECT_EQ(result.output.find("Exception raised from"), std::string::npos) << "no C++ backtraces for users";
-  EXPECT_FALSE(std::filesystem::exists(dir.path("out.gpipe")));
-  EXPECT_TRUE(std::filesystem::is_empty(dir.path(""))) << "a temporary file was left behind";
+  EXPECT_FALSE(boost::filesystem::exists(dir.path("out.gpipe")));
+  EXPECT_TRUE(boost::filesystem::is_empty(dir.path(""))) << "a temporary file was left behind";
 }
 
 const std::string kMlp = TestModel("mlp9.pt");
@@ -168,7 +168,8 @@ TEST(Artifact, FailureBetweenWriteAndRenameKeepsThePreviousFile) {
   std::string after((std::istreambuf_iterator<char>(again)), {});
   EXPECT_EQ(before, after);
   size_t files = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(dir.path(""))) files += entry.is_regular_file();
+  for (const auto& entry : boost::filesystem::directory_iterator(dir.path("")))
+    files += boost::filesystem::is_regular_file(entry.status());
   EXPECT_EQ(files, 1u) << "the temporary file must be removed";
 }
 
@@ -216,7 +217,7 @@ TEST(Cli, SplitBeforeAnUnknownNameListsTheValidOnes) {
   EXPECT_EQ(result.exit_code, 1);
   EXPECT_OUTPUT_HAS(result, "--split-before: the model has no submodule 'layer9'");
   EXPECT_OUTPUT_HAS(result, "valid names: conv1, bn1, relu, maxpool, layer1, layer1.0, layer1.0.conv1");
-  EXPECT_FALSE(std::filesystem::exists(dir.path("r.gpipe")));
+  EXPECT_FALSE(boost::filesystem::exists(dir.path("r.gpipe")));
 }
 
 }  // namespace
@@ -242,7 +243,7 @@ TEST(Cli, SigintFinishesTheStepSavesAndExits130) {
   EXPECT_OUTPUT_HAS(result, "exit=130");
   Pipeline trained = Pipeline::load(out);  // the saved state is a whole artifact
   EXPECT_EQ(trained.num_stages(), 2u);
-  for (const auto& entry : std::filesystem::directory_iterator(dir.path(""))) {
+  for (const auto& entry : boost::filesystem::directory_iterator(dir.path(""))) {
     EXPECT_EQ(entry.path().filename().string().find(".tmp"), std::string::npos) << entry.path();
   }
 }

@@ -3,8 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <boost/filesystem.hpp>
 #include <chrono>
-#include <filesystem>
 
 #include <map>
 #include <mutex>
@@ -216,7 +216,7 @@ TEST(Distributed, MismatchedRanksAndMissingEnvironmentAreClearErrors) {
   auto gap = RunCli("gpipe-compile", TestModel("mlp9.pt") + " -o " + dir.path("gap.gpipe") + " --stages 3 --ranks 0,2,2");
   EXPECT_EQ(gap.exit_code, 1) << gap.output;
   EXPECT_OUTPUT_HAS(gap, "gpipe-compile: error: --ranks uses ranks 0,2; every rank from 0 to the largest must run a stage");
-  EXPECT_FALSE(std::filesystem::exists(dir.path("gap.gpipe")));
+  EXPECT_FALSE(boost::filesystem::exists(dir.path("gap.gpipe")));
 
   auto no_artifact = RunCli("gpipe-launch", "--nproc 2 --steps 3");
   EXPECT_EQ(no_artifact.exit_code, 2) << no_artifact.output;

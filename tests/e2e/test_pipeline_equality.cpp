@@ -118,7 +118,8 @@ TEST(PipelineEquality, SecondBackwardThroughOneForwardIsAClearError) {
 
 size_t ThreadCount() {
   size_t n = 0;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) n += entry.exists();
+  for (const auto& entry : boost::filesystem::directory_iterator("/proc/self/task"))
+    n += boost::filesystem::exists(entry.status());
   return n;
 }
 

@@ -4,8 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <boost/filesystem.hpp>
 #include <chrono>
-#include <filesystem>
 #include <fstream>
 #include <random>
 #include <thread>
@@ -25,7 +25,7 @@ namespace {
 
 size_t CountEntries(const char* dir) {
   size_t n = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) n += !entry.path().empty();
+  for (const auto& entry : boost::filesystem::directory_iterator(dir)) n += !entry.path().empty();
   return n;
 }
 

@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include <filesystem>
+#include <boost/filesystem.hpp>
 
 #include "compiler/compile.h"
 #include "compiler/verify.h"
@@ -29,7 +29,7 @@ class Zoo : public ::testing::TestWithParam<ZooModel> {};
 
 TEST_P(Zoo, VerifiesAtTwoAndFourStagesWithTheDefaults) {
   const ZooModel& m = GetParam();
-  if (!std::filesystem::exists(TestModel(std::string(m.name) + ".pt"))) {
+  if (!boost::filesystem::exists(TestModel(std::string(m.name) + ".pt"))) {
     GTEST_SKIP() << m.name << ".pt was not exported: the test Python has no transformers/timm "
                  << "(scripts/run_tests_torch2.sh runs these)";
   }

@@ -1,0 +1,161 @@
+// Several processes: what crosses between ranks during a run. Stage outputs
+// and their gradients travel as tagged messages (RankPlan::Message), the
+// model's outputs go to the rank holding them, and the random-number
+// generator's state travels as a token (PlanRngRelay). In one process none
+// of this runs: every stage is local.
+
+#include "runtime/pipeline_run.h"
+#include "runtime/value_transfer.h"
+
+namespace gpipe {
+namespace {
+
+bool CarriesGrad(const c10::IValue& v) {
+  return v.isTensor() && v.toTensor().defined() && v.toTensor().requires_grad();
+}
+
+std::string OutputName(size_t stage, int64_t output, size_t micro_batch) {
+  return "stage " + std::to_string(stage) + "'s output " + std::to_string(output) +
+         " for micro-batch " + std::to_string(micro_batch);
+}
+
+}  // namespace
+
+// Several processes draw random numbers exactly as one process would: one
+// process's stages take turns on its one generator (RngTurnstile), so across
+// ranks the generator's state travels as a token, in the same ticket order.
+// Its home is the rank holding the outputs (where the loss draws, e.g. a
+// random target); it leaves home for the first random task of `order` (every
+// rank's forwards, in the order all ranks agree on), goes from task to task,
+// and comes home after the last one. Hops between tasks of one rank need no
+// message. Recomputation replays saved states and does not move the token.
+void PipelineRun::PlanRngRelay(const std::vector<Action>& order) {
+  std::vector<Action> random;
+  for (const Action& a : order) {
+    if (core_->stages[a.stage].uses_rng) random.push_back(a);
+  }
+  const RankPlan& ranks = core_->ranks;
+  const size_t n = random.size();
+  auto holder = [&](size_t h) {  // h = 0 and n + 1: home; h = k + 1: task k
+    return h == 0 || h == n + 1 ? ranks.output_rank() : ranks.rank_of(random[h - 1].stage);
+  };
+  for (size_t k = 0; k < n; ++k) {
+    if (!ranks.IsLocal(random[k].stage)) continue;
+    Slot& slot = slots_[random[k].micro_batch][random[k].stage];
+    slot.rng_hop = k;
+    if (holder(k) != ranks.rank()) slot.rng_from = holder(k);
+    if (holder(k + 2) != ranks.rank()) slot.rng_to = holder(k + 2);
+  }
+  if (n == 0 || !ranks.HoldsOutputs()) return;
+  if (holder(1) != ranks.rank()) SendRngState(holder(1), 0);
+  if (holder(n) != ranks.rank()) {
+    rng_home_from_ = holder(n);
+    rng_home_hop_ = n;
+  }
+}
+
+void PipelineRun::SendRngState(int peer, size_t hop) {
+  core_->peers->Send(CaptureRngState(c10::Device(c10::kCPU)).cpu, peer,
+                     2 * core_->ranks.RngMessage(hop), "the random-number generator's state");
+}
+
+void PipelineRun::ReceiveRngState(int peer, size_t hop) {
+  RngState state = CaptureRngState(c10::Device(c10::kCPU));  // for its size
+  core_->peers->Recv(state.cpu, peer, 2 * core_->ranks.RngMessage(hop),
+                     "the random-number generator's state");
+  RestoreRngState(state);
+}
+
+bool PipelineRun::IsRemote(const ValueSource& source) const {
+  return source.origin == ValueSource::Origin::StageOutput && !core_->ranks.IsLocal(source.stage);
+}
+
+// Input n of stage j (forward), or the gradient for it (backward), from the rank that runs its
+// producer.
+c10::IValue PipelineRun::ReceiveInput(size_t i, size_t j, size_t n, bool backward) {
+  const ValueSource& source = core_->stages[j].inputs[n];
+  std::string what = OutputName(source.stage, source.index, i);
+  return RecvValue(*core_->peers, core_->ranks.rank_of(source.stage),
+                   core_->ranks.Message(backward, i, slots_.size(), j, n), what);
+}
+
+void PipelineRun::SendOutputs(size_t i, size_t j) {
+  const Slot& slot = slots_[i][j];
+  for (const RemoteUse& use : core_->ranks.remote_uses(j)) {
+    SendValue(*core_->peers, slot.outputs[use.output], slot.output_requires_grad[use.output],
+              use.rank, core_->ranks.Message(false, i, slots_.size(), use.consumer, use.input),
+              OutputName(j, use.output, i));
+  }
+}
+
+// A remote consumer that received an output carrying gradient always answers
+// with its gradient (None when it has none), so both sides agree on messages.
+void PipelineRun::ReceiveOutputGrads(size_t i, size_t j) {
+  Slot& slot = slots_[i][j];
+  for (const RemoteUse& use : core_->ranks.remote_uses(j)) {
+    if (!slot.output_requires_grad[use.output]) continue;
+    c10::IValue grad =
+        RecvValue(*core_->peers, use.rank,
+                  core_->ranks.Message(true, i, slots_.size(), use.consumer, use.input),
+                  "the gradient of " + OutputName(j, use.output, i));
+    if (grad.isTensor()) {
+      AddGrad(slot.output_grads[use.output], grad.toTensor(), core_->stages[j].device);
+    }
+  }
+}
+
+void PipelineRun::SendInputGrad(size_t i, size_t j, size_t n, const at::Tensor& grad) {
+  const ValueSource& source = core_->stages[j].inputs[n];
+  SendValue(*core_->peers, grad, false, core_->ranks.rank_of(source.stage),
+            core_->ranks.Message(true, i, slots_.size(), j, n),
+            "the gradient of " + OutputName(source.stage, source.index, i));
+}
+
+void PipelineRun::ReceiveModelOutputs() {
+  if (!core_->ranks.distributed() || !core_->ranks.HoldsOutputs()) return;
+  const auto& outputs = core_->manifest.outputs;
+  remote_outputs_.assign(slots_.size(), std::vector<c10::IValue>(outputs.size()));
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    if (!IsRemote(outputs[k])) continue;
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      remote_outputs_[i][k] =
+          RecvValue(*core_->peers, core_->ranks.rank_of(outputs[k].stage),
+                    core_->ranks.Message(false, i, slots_.size(), RankPlan::kModelOutputs,
+                                         static_cast<int64_t>(k)),
+                    OutputName(outputs[k].stage, outputs[k].index, i));
+    }
+  }
+}
+
+void PipelineRun::SendModelOutputGrads(const std::vector<at::Tensor>& output_grads) {
+  if (remote_outputs_.empty()) return;
+  for (size_t k = 0; k < core_->manifest.outputs.size(); ++k) {
+    const ValueSource& source = core_->manifest.outputs[k];
+    if (!IsRemote(source)) continue;
+    std::vector<at::Tensor> parts(slots_.size());
+    if (k < output_grads.size() && output_grads[k].defined()) {
+      parts = output_grads[k].split_with_sizes(micro_batches_.sizes, 0);
+    }
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      if (!CarriesGrad(remote_outputs_[i][k])) continue;
+      SendValue(*core_->peers, parts[i], false, core_->ranks.rank_of(source.stage),
+                core_->ranks.Message(true, i, slots_.size(), RankPlan::kModelOutputs,
+                                     static_cast<int64_t>(k)),
+                "the gradient of " + OutputName(source.stage, source.index, i));
+    }
+  }
+}
+
+std::vector<at::Tensor> PipelineRun::OutputParts(size_t k) const {
+  std::vector<at::Tensor> parts;
+  const ValueSource& source = core_->manifest.outputs[k];
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    c10::IValue v = IsRemote(source) ? remote_outputs_[i][k] : SourceValue(i, source);
+    TORCH_CHECK(v.isTensor() || v.isNone(), "model output ", k, " is a ", v.tagKind(),
+                ", not a tensor; a pipelined model must return tensors with a batch dimension");
+    parts.push_back(v.isNone() ? at::Tensor() : v.toTensor());
+  }
+  return parts;
+}
+
+}  // namespace gpipe
