@@ -39,7 +39,7 @@ SECONDS=0
 cmake --build "$BUILD" -j"$(nproc)" >"$OUT/build.txt" 2>&1 || { grep -E -A5 'error|FAILED' "$OUT/build.txt" | head -60; exit 1; }
 echo "built in ${SECONDS}s; $(grep -c 'warning:' "$OUT/build.txt") compiler warnings"
 # A failing test is a result to read, not a reason to skip the benchmarks.
-ctest --test-dir "$BUILD" -j"$(nproc)" --timeout 300 --output-on-failure >"$OUT/ctest.txt" 2>&1 || true
+ctest --test-dir "$BUILD" -j"$(nproc)" --timeout 120 --output-on-failure >"$OUT/ctest.txt" 2>&1 || true
 grep -E 'tests passed|Failed|\*\*\*|Not Run' "$OUT/ctest.txt" | tail -30
 echo "== copy streams (these CUDA tests are skipped on a CPU machine; here they must run) =="
 "$BUILD/tests/gpipe_tests" --gtest_filter='CopyStreams.*' 2>&1 | tee "$OUT/copy_streams.txt" | grep -E 'OK|FAILED|SKIPPED|PASSED' || true

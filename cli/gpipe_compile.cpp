@@ -7,11 +7,12 @@
 #include <boost/program_options.hpp>
 
 #include "cli/cli_main.h"
-#include "runtime/rank_plan.h"
 #include "compiler/compile.h"
 #include "compiler/stage_plan.h"
 #include "compiler/verify.h"
-#include "runtime/schedule.h"
+#include "runtime/rank_plan.h"
+#include "runtime/schedule_ir.h"
+#include "runtime/schedule_validate.h"
 
 namespace po = boost::program_options;
 
@@ -65,7 +66,7 @@ void PrintPlan(const gpipe::CompileReport& report) {
     // costs about 1/M of the profiled (whole-batch) stage time.
     std::printf("; predicted step (M+S-1)*max/M = %.2f ms, bubble (S-1)/(M+S-1) = %.1f%%",
                 static_cast<double>(chunks + s - 1) * slowest / static_cast<double>(chunks),
-                100.0 * gpipe::BubbleFraction(chunks, s));
+                100.0 * gpipe::ValidateSchedule(gpipe::BuildGpipe(s, chunks)).bubble_fraction);
   }
   std::printf("\n");
 }
@@ -93,13 +94,16 @@ void PrintLargestStage(const gpipe::CompileReport& report) {
 int Main(int argc, char** argv) {
   std::string model, output, balance, devices, ranks, checkpoint, sample_input, split_before, balance_by;
   std::string optimizer, unbatched_inputs;
-  int64_t stages = 1, chunks = 1, profile_steps = 5, unit_depth = 0, calibrate = 2;
+  int64_t stages = 1, chunks = 1, profile_steps = 5, unit_depth = 0, calibrate = 2,
+          virtual_stages = 1;
+  std::string schedule;
   double tolerance = 1e-5;
   po::options_description opts(
       "Usage: gpipe-compile MODEL.pt -o OUT.gpipe [options]\n"
       "Splits a TorchScript model into pipeline stages and writes a pipelined artifact.\n"
       "Units (what --balance counts) are submodule calls, e.g. the children of an nn.Sequential;\n"
       "for --stages N they are chosen at whatever depth gives N balanced stages.\n\nOptions");
+  // clang-format off
   opts.add_options()
       ("help,h", "print this help and exit")
       ("model", po::value(&model), "TorchScript model file (positional)")
@@ -126,6 +130,10 @@ int Main(int argc, char** argv) {
       ("chunks", po::value(&chunks)->default_value(1), "micro-batches per mini-batch")
       ("checkpoint", po::value(&checkpoint)->default_value("except_last"),
        "recomputation: always, except_last or never")
+      ("schedule", po::value(&schedule)->default_value("gpipe"),
+       "train_step's order of work, kept in the artifact: gpipe, 1f1b, interleaved-1f1b or zb-h1")
+      ("virtual-stages", po::value(&virtual_stages)->default_value(1),
+       "--schedule interleaved-1f1b: stages per worker (the stage count must be a multiple)")
       ("devices", po::value(&devices), "one device per stage, e.g. cpu,cpu or cuda:0,cuda:1 (default: all cpu)")
       ("ranks", po::value(&ranks), "for gpipe-run --distributed: the process (rank) running each stage, "
        "e.g. 0,0,1 (default: one stage per rank)")
@@ -139,6 +147,7 @@ int Main(int argc, char** argv) {
       ("unbatched-inputs", po::value(&unbatched_inputs),
        "tensor arguments given whole to every micro-batch instead of split along dim 0, e.g. mask")
       ("tolerance", po::value(&tolerance)->default_value(1e-5), "--verify: largest allowed scaled difference");
+  // clang-format on
   po::variables_map vm;
   if (!gpipe::ParseCommandLine(argc, argv, opts, "model", vm)) return 0;
   if (model.empty()) throw po::error("the model file is missing");
@@ -171,6 +180,8 @@ int Main(int argc, char** argv) {
   options.chunks = chunks;
   options.deferred_batch_norm = vm.count("deferred-batch-norm") > 0;
   options.checkpoint = gpipe::ParseCheckpointMode(checkpoint);
+  options.schedule = schedule;
+  options.virtual_stages = virtual_stages;
   if (vm.count("devices")) options.devices = gpipe::SplitList(devices);
   if (vm.count("ranks")) options.ranks = gpipe::ParseRanks(gpipe::SplitList(ranks));
   std::vector<gpipe::InputSpec> specs;

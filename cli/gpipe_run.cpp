@@ -82,52 +82,47 @@ int Main(int argc, char** argv) {
       "Runs (or with --train, trains) a pipelined artifact on random data and reports\n"
       "throughput; with --data, trains on a data file with evaluation.\n\nOptions");
   gpipe::DataTrainingCli data_cli;
-  opts.add_options()("help,h", "print this help and exit")(
-      "artifact", po::value(&artifact), "artifact written by gpipe-compile (positional)")(
-      "sample-input", po::value(&sample_input),
-      "input shape(s), e.g. 64x512 or 8x128:int64:1000 (required)")(
-      "train", "train with SGD instead of running inference")(
-      "steps", po::value(&steps)->default_value(10), "number of steps")(
-      "lr", po::value(&lr)->default_value(0.01), "--train: SGD learning rate")(
-      "loss", po::value(&loss_kind)->default_value("mse"),
-      "--train: mse (against a fixed random target) or sum; with --data: cross_entropy (the "
-      "default there), "
-      "nll, mse, bce_with_logits or model (the model returns its loss)")(
-      "chunks", po::value(&chunks)->default_value(0), "micro-batches (0 = as compiled)")(
-      "checkpoint", po::value(&checkpoint), "always, except_last or never (default: as compiled)")(
-      "schedule", po::value(&schedule)->default_value("gpipe"),
-      "--train: the order of work: gpipe, 1f1b, interleaved-1f1b or zb-h1")(
-      "virtual-stages", po::value(&virtual_stages)->default_value(1),
-      "--schedule interleaved-1f1b: stages per worker (the stage count must be a multiple)")(
-      "devices", po::value(&devices), "one device per stage (default: as compiled)")(
-      "seed", po::value(&seed)->default_value(0), "seed for inputs, target and dropout")(
-      "threads", po::value(&threads)->default_value(0),
-      "intra-op threads of the calling thread (0 = LibTorch's default)")(
-      "threads-per-stage", po::value(&threads_per_stage)->default_value(0),
-      "intra-op threads of each CPU stage's worker (0 = cores / CPU stages, -1 = LibTorch's "
-      "default)")("save", po::value(&save),
-                  "after the last step, write the (trained) artifact here, atomically")(
-      "checkpoint-every", po::value(&checkpoint_every)->default_value(0),
-      "--save: also write it every K steps, so the last good state survives a crash (0 = only at "
-      "the end)")("detect-anomaly",
-                  "check every stage output and gradient for NaN/Inf and name the first "
-                  "stage and micro-batch that produced one")(
-      "trace", po::value(&trace),
-      "write a Chrome/Perfetto timeline of every task to this JSON file")(
-      "report-memory",
-      "print each stage's peak activation memory per step (counts CPU tensors "
-      "the stage's tasks allocate)")(
-      "distributed",
-      "run this rank's stages of a multi-process pipeline; reads RANK, WORLD_SIZE, "
-      "MASTER_ADDR, MASTER_PORT (and LOCAL_WORLD_SIZE) as torchrun sets them (see gpipe-launch)")(
-      "ranks", po::value(&ranks),
-      "--distributed: the rank running each stage, e.g. 0,0,1 (default: "
-      "as compiled, else one stage per rank)")(
-      "timeout-s", po::value(&timeout_s)->default_value(300),
-      "--distributed: give up on a peer that is silent this long (seconds)")(
-      "backend", po::value(&backend)->default_value("auto"),
-      "--distributed: how GPU tensors travel: auto (NCCL with a CUDA build and a GPU, else Gloo), "
-      "gloo (through host memory) or nccl");
+  // clang-format off
+  opts.add_options()
+      ("help,h", "print this help and exit")
+      ("artifact", po::value(&artifact), "artifact written by gpipe-compile (positional)")
+      ("sample-input", po::value(&sample_input), "input shape(s), e.g. 64x512 or 8x128:int64:1000 (required)")
+      ("train", "train with SGD instead of running inference")
+      ("steps", po::value(&steps)->default_value(10), "number of steps")
+      ("lr", po::value(&lr)->default_value(0.01), "--train: SGD learning rate")
+      ("loss", po::value(&loss_kind)->default_value("mse"),
+       "--train: mse (against a fixed random target) or sum; with --data: cross_entropy (the default there), "
+       "nll, mse, bce_with_logits or model (the model returns its loss)")
+      ("chunks", po::value(&chunks)->default_value(0), "micro-batches (0 = as compiled)")
+      ("checkpoint", po::value(&checkpoint), "always, except_last or never (default: as compiled)")
+      ("schedule", po::value(&schedule),
+       "--train: the order of work: gpipe, 1f1b, interleaved-1f1b or zb-h1 (default: as compiled)")
+      ("virtual-stages", po::value(&virtual_stages),
+       "--schedule interleaved-1f1b: stages per worker (default: as compiled)")
+      ("devices", po::value(&devices), "one device per stage (default: as compiled)")
+      ("seed", po::value(&seed)->default_value(0), "seed for inputs, target and dropout")
+      ("threads", po::value(&threads)->default_value(0),
+       "intra-op threads of the calling thread (0 = LibTorch's default)")
+      ("threads-per-stage", po::value(&threads_per_stage)->default_value(0),
+       "intra-op threads of each CPU stage's worker (0 = cores / CPU stages, -1 = LibTorch's default)")
+      ("save", po::value(&save), "after the last step, write the (trained) artifact here, atomically")
+      ("checkpoint-every", po::value(&checkpoint_every)->default_value(0),
+       "--save: also write it every K steps, so the last good state survives a crash (0 = only at the end)")
+      ("detect-anomaly", "check every stage output and gradient for NaN/Inf and name the first "
+       "stage and micro-batch that produced one")
+      ("trace", po::value(&trace), "write a Chrome/Perfetto timeline of every task to this JSON file")
+      ("report-memory", "print each stage's peak activation memory per step (counts CPU tensors "
+       "the stage's tasks allocate)")
+      ("distributed", "run this rank's stages of a multi-process pipeline; reads RANK, WORLD_SIZE, "
+       "MASTER_ADDR, MASTER_PORT (and LOCAL_WORLD_SIZE) as torchrun sets them (see gpipe-launch)")
+      ("ranks", po::value(&ranks), "--distributed: the rank running each stage, e.g. 0,0,1 (default: "
+       "as compiled, else one stage per rank)")
+      ("timeout-s", po::value(&timeout_s)->default_value(300),
+       "--distributed: give up on a peer that is silent this long (seconds)")
+      ("backend", po::value(&backend)->default_value("auto"),
+       "--distributed: how GPU tensors travel: auto (NCCL with a CUDA build and a GPU, else Gloo), "
+       "gloo (through host memory) or nccl");
+  // clang-format on
   po::options_description data_options("Training on data (--train --data PATH)");
   gpipe::AddDataTrainingOptions(data_options, data_cli);
   opts.add(data_options);
@@ -156,9 +151,11 @@ int Main(int argc, char** argv) {
   options.threads_per_stage = static_cast<int>(threads_per_stage);
   options.detect_anomaly = vm.count("detect-anomaly") > 0;
   if (vm.count("checkpoint")) options.checkpoint = gpipe::ParseCheckpointMode(checkpoint);
-  if (virtual_stages < 1) throw po::error("--virtual-stages must be at least 1");
-  options.schedule = schedule;
-  options.virtual_stages = static_cast<size_t>(virtual_stages);
+  if (vm.count("schedule")) options.schedule = schedule;
+  if (vm.count("virtual-stages")) {
+    if (virtual_stages < 1) throw po::error("--virtual-stages must be at least 1");
+    options.virtual_stages = static_cast<size_t>(virtual_stages);
+  }
   if (vm.count("devices")) options.devices = gpipe::SplitList(devices);
   auto specs = with_data ? std::vector<gpipe::InputSpec>{} : gpipe::ParseInputSpecs(sample_input);
   const bool report_memory = vm.count("report-memory") > 0;

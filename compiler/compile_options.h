@@ -23,6 +23,8 @@ struct CompileOptions {
   std::vector<std::string> split_before;  // submodule paths; when given, replaces `balance`
   int64_t chunks = 1;
   CheckpointMode checkpoint = CheckpointMode::ExceptLast;
+  std::string schedule = "gpipe";  // kept in the manifest for train_step (schedule_ir.h)
+  int64_t virtual_stages = 1;
   std::vector<std::string> devices;                // one per stage; empty = all "cpu"
   SkipRouting skip_routing = SkipRouting::Direct;  // PassThrough only for the ablation benchmark
   std::vector<int> ranks;  // process of each stage under --distributed; empty = one stage per rank

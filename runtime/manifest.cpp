@@ -139,8 +139,11 @@ std::string ManifestToJson(const Manifest& m) {
             {"output_structure", OutputStructureToJson(m.output_structure)},
             {"chunks", m.chunks},
             {"checkpoint", ToString(m.checkpoint)},
+            {"schedule", m.schedule},
+            {"virtual_stages", m.virtual_stages},
             {"deferred_batch_norm", m.deferred_batch_norm},
-            {"balance", {{"method", m.balance_method}, {"units", m.unit_names}, {"unit_costs", m.unit_costs}}},
+            {"balance",
+             {{"method", m.balance_method}, {"units", m.unit_names}, {"unit_costs", m.unit_costs}}},
             {"stages", stages}};
   return j.dump(2) + "\n";
 }
@@ -181,6 +184,8 @@ Manifest ParseManifest(const std::string& text) {
   m.chunks = Field<int64_t>(j, "chunks", "the manifest");
   m.checkpoint = ParseCheckpointMode(Field<std::string>(j, "checkpoint", "the manifest"));
   m.deferred_batch_norm = OptionalField<bool>(j, "deferred_batch_norm", "the manifest", false);
+  m.schedule = OptionalField<std::string>(j, "schedule", "the manifest", "gpipe");
+  m.virtual_stages = OptionalField<int64_t>(j, "virtual_stages", "the manifest", 1);
   if (j.contains("balance")) {
     const json& b = j["balance"];
     m.balance_method = Field<std::string>(b, "method", "the manifest's balance");
@@ -225,6 +230,8 @@ Manifest ParseManifest(const std::string& text) {
 void ValidateManifest(const Manifest& m) {
   TORCH_CHECK(!m.stages.empty(), "manifest: the artifact has no stages");
   TORCH_CHECK(m.chunks >= 1, "manifest: chunks is ", m.chunks, "; it must be at least 1");
+  TORCH_CHECK(m.virtual_stages >= 1, "manifest: virtual_stages is ", m.virtual_stages,
+              "; it must be at least 1");
   TORCH_CHECK(m.arguments.size() == m.input_names.size(), "manifest: ", m.arguments.size(),
               " arguments for ", m.input_names.size(), " inputs");
   const auto num_stages = static_cast<int64_t>(m.stages.size());

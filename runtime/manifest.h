@@ -52,6 +52,9 @@ struct Manifest {
   OutputStructure output_structure;  // how they nest (absent: one output, or a tuple)
   int64_t chunks = 1;
   CheckpointMode checkpoint = CheckpointMode::ExceptLast;
+  // train_step's order of work (BuildSchedule's names; absent in older artifacts: gpipe).
+  std::string schedule = "gpipe";
+  int64_t virtual_stages = 1;
   bool deferred_batch_norm = false;  // stages commit batch-norm statistics once per mini-batch
   std::vector<StageEntry> stages;
   // How the cuts were chosen: "units" (--stages/--balance), "split-before",

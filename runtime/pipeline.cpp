@@ -135,8 +135,9 @@ Pipeline Pipeline::load(const std::string& path, const PipelineOptions& options)
   core->detect_anomaly = options.detect_anomaly;
   core->copies = std::make_unique<CopyStreams>(options.copy_streams);
   core->checkpoint = manifest.checkpoint;
-  core->schedule = options.schedule.value_or("gpipe");
-  core->virtual_stages = options.virtual_stages.value_or(1);
+  core->schedule = options.schedule.value_or(manifest.schedule);
+  core->virtual_stages =
+      options.virtual_stages.value_or(static_cast<size_t>(manifest.virtual_stages));
   try {  // refuse a schedule that cannot run these stages before the first step
     ValidateSchedule(BuildSchedule(core->schedule, num_stages, static_cast<size_t>(core->chunks),
                                    core->virtual_stages));

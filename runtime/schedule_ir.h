@@ -88,7 +88,7 @@ struct Schedule {
 
 // GPipe: every forward in micro-batch order, then every backward in
 // decreasing micro-batch order (the last micro-batch's backward first, as
-// BackwardClockCycles in schedule.h). Worker w runs stage w. Keeps all M
+// torchgpipe's clock cycles mirrored). Worker w runs stage w. Keeps all M
 // micro-batches' activations alive at once.
 Schedule BuildGpipe(size_t stages, size_t micro_batches);
 

@@ -205,5 +205,36 @@ TEST(Schedules, UnknownOrUnfitSchedulesAndWholeBatchLossesAreOneLineErrors) {
       "backward() runs gpipe only");
 }
 
+// The command line: gpipe-compile keeps the schedule in the artifact and
+// --verify trains through it; gpipe-run uses it, or the one it is given.
+TEST(Schedules, CompileKeepsTheScheduleVerifiesWithItAndRunOverridesIt) {
+  TempDir dir;
+  const std::string model = TestModel("mlp9.pt");
+  auto compiled =
+      testing::RunCli("gpipe-compile", model + " -o " + dir.path("m.gpipe") +
+                                           " --stages 4 --chunks 4 --schedule zb-h1 --verify "
+                                           "--sample-input 8x16");
+  ASSERT_EQ(compiled.exit_code, 0) << compiled.output;
+  EXPECT_NE(compiled.output.find("verify: "), std::string::npos) << compiled.output;
+  EXPECT_NE(compiled.output.find(" OK"), std::string::npos) << compiled.output;
+  EXPECT_EQ(Pipeline::load(dir.path("m.gpipe")).schedule(), "zb-h1");
+  for (const char* schedule :
+       {"", " --schedule 1f1b", " --schedule interleaved-1f1b --virtual-stages 2"}) {
+    auto run = testing::RunCli(
+        "gpipe-run", dir.path("m.gpipe") + " --train --steps 2 --sample-input 8x16" + schedule);
+    EXPECT_EQ(run.exit_code, 0) << schedule << ": " << run.output;
+    EXPECT_NE(run.output.find("summary: 2 steps"), std::string::npos) << run.output;
+  }
+  auto unfit = testing::RunCli("gpipe-compile",
+                               model + " -o " + dir.path("u.gpipe") +
+                                   " --stages 3 --schedule interleaved-1f1b --virtual-stages 2");
+  EXPECT_EQ(unfit.exit_code, 1);
+  EXPECT_OUTPUT_HAS(
+      unfit,
+      "gpipe-compile: error: interleaved-1f1b needs the stage count (3) to be a multiple of the "
+      "virtual stages per worker (2); use 2 or 4 stages\n");
+  EXPECT_FALSE(boost::filesystem::exists(dir.path("u.gpipe")));
+}
+
 }  // namespace
 }  // namespace gpipe
