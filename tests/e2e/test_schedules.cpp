@@ -86,6 +86,45 @@ TEST(Schedules, EveryScheduleTrainsTiedWeightsAsOne) {
   ExpectEveryScheduleGivesTheOriginalsGradients("gpt.pt", at::randint(50, {8, 8}, at::kLong));
 }
 
+// Deferred batch norm: whatever the order of forwards and backwards, the
+// running statistics are folded in once from all micro-batches, and every
+// schedule ends with GPipe's buffers and gradients (train mode, so each
+// micro-batch normalises with its own statistics).
+TEST(Schedules, DeferredBatchNormEndsWithGpipesStatisticsInEverySchedule) {
+  at::manual_seed(4);
+  at::Tensor x = at::randn({8, 3, 6, 6}) * 3 + 1;
+  TempDir dir;
+  for (CheckpointMode mode : {CheckpointMode::Never, CheckpointMode::Always}) {
+    CompileOptions compile = testing::Options(2, 4, mode);
+    compile.deferred_batch_norm = true;
+    CompileModel(TestModel("conv_bn.pt"), dir.path("bn.gpipe"), compile);
+    std::map<std::string, at::Tensor> gpipe_state;
+    for (const ScheduleCase& c : kSchedules) {
+      PipelineOptions options;
+      options.schedule = c.schedule;
+      options.virtual_stages = c.virtual_stages;
+      Pipeline pipe = Pipeline::load(dir.path("bn.gpipe"), options);
+      pipe.train_step({x}, [&](const MicroBatchRows& rows, const std::vector<at::Tensor>& outputs) {
+        return SquaresShare(outputs[0], rows.batch);
+      });
+      std::map<std::string, at::Tensor> state;
+      for (const auto& [name, b] : pipe.named_buffers()) state[name] = b.clone();
+      for (const auto& [name, p] : pipe.named_parameters())
+        state[name + ".grad"] = p.grad().clone();
+      EXPECT_EQ(state.at("1.num_batches_tracked").item<int64_t>(), 1) << c.schedule;
+      if (c.schedule == "gpipe") {
+        gpipe_state = state;
+        continue;
+      }
+      for (const auto& [name, t] : state) {
+        if (!at::isFloatingType(t.scalar_type())) continue;
+        EXPECT_LE(testing::ScaledDiff(t, gpipe_state.at(name)), 1e-6)
+            << c.schedule << " " << ToString(mode) << " " << name;
+      }
+    }
+  }
+}
+
 // The trace shows each schedule's order: zb-h1 splits every backward into I
 // and W with W after its I, recomputation happens exactly in the
 // checkpointed modes, and the loss of a micro-batch lets 1F1B start a
