@@ -6,7 +6,6 @@
 
 #include "compiler/stage_module.h"
 #include "passes/split_stages.h"
-#include "runtime/schedule_ir.h"
 #include "runtime/schedule_validate.h"
 #include "runtime/stage.h"
 
@@ -79,13 +78,9 @@ BuiltPipeline BuildPipeline(const LoweredProgram& program, const StagePlan& plan
   manifest.schedule = options.schedule;
   manifest.virtual_stages = options.virtual_stages;
   TORCH_CHECK(options.virtual_stages >= 1, "--virtual-stages must be at least 1");
-  try {  // the schedule must fit these stages, before anything is written
-    ValidateSchedule(BuildSchedule(options.schedule, num_stages,
-                                   static_cast<size_t>(options.chunks),
-                                   static_cast<size_t>(options.virtual_stages)));
-  } catch (const std::invalid_argument& e) {
-    TORCH_CHECK(false, e.what());
-  }
+  // The schedule must fit these stages, before anything is written.
+  CheckScheduleFits(options.schedule, num_stages, static_cast<size_t>(options.chunks),
+                    static_cast<size_t>(options.virtual_stages));
   manifest.deferred_batch_norm = !program.deferred.empty();
   for (const auto& ref : split.model_outputs) manifest.outputs.push_back(ToSource(ref));
   size_t unit = 0;

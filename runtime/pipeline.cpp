@@ -16,7 +16,6 @@
 #include "runtime/pipeline_core.h"
 #include "runtime/pipeline_error.h"
 #include "runtime/pipeline_run.h"
-#include "runtime/schedule_ir.h"
 #include "runtime/schedule_validate.h"
 #include "runtime/torch_compat.h"
 
@@ -138,12 +137,9 @@ Pipeline Pipeline::load(const std::string& path, const PipelineOptions& options)
   core->schedule = options.schedule.value_or(manifest.schedule);
   core->virtual_stages =
       options.virtual_stages.value_or(static_cast<size_t>(manifest.virtual_stages));
-  try {  // refuse a schedule that cannot run these stages before the first step
-    ValidateSchedule(BuildSchedule(core->schedule, num_stages, static_cast<size_t>(core->chunks),
-                                   core->virtual_stages));
-  } catch (const std::invalid_argument& e) {
-    TORCH_CHECK(false, e.what());
-  }
+  // Refuse a schedule that cannot run these stages before the first step.
+  CheckScheduleFits(core->schedule, num_stages, static_cast<size_t>(core->chunks),
+                    core->virtual_stages);
   TORCH_CHECK(core->schedule == "gpipe" || !options.peers, "schedule '", core->schedule,
               "' runs in one process so far; with --distributed use --schedule gpipe");
   TORCH_CHECK(options.ranks.empty() || options.peers, "--ranks assigns stages to processes; it needs --distributed");

@@ -234,10 +234,17 @@ void PipelineRun::Fail() {
 void PipelineRun::Execute(const ActionOrder& order) {
   std::lock_guard<std::mutex> one_schedule_at_a_time(core_->run_mutex);
   core_->turnstile.Reset();
-  // Tickets in the order all threads agree on, so random draws happen in the
-  // same order in every run. A backward takes a turn only to recompute.
-  std::map<std::tuple<ActionKind, size_t, size_t>, uint64_t> tickets;
-  for (const Action& a : order.global) {
+  // Each action's place in the order all threads agree on, and its ticket:
+  // random draws happen in that order in every run (a backward takes a turn
+  // only to recompute), and the failure reported is the first in it (e.g. the
+  // first stage and micro-batch to produce a NaN), whichever thread met it first.
+  struct Place {
+    size_t position;
+    std::optional<uint64_t> ticket;
+  };
+  std::map<std::tuple<ActionKind, size_t, size_t>, Place> places;
+  for (size_t k = 0; k < order.global.size(); ++k) {
+    const Action& a = order.global[k];
     const Stage& stage = core_->stages[a.stage];
     bool takes_turn = false;
     if (a.kind == ActionKind::kForward) {
@@ -246,28 +253,22 @@ void PipelineRun::Execute(const ActionOrder& order) {
     } else if (a.kind != ActionKind::kBackwardWeight) {
       takes_turn = stage.uses_rng && slots_[a.micro_batch][a.stage].checkpointed;
     }
-    if (takes_turn) tickets[{a.kind, a.stage, a.micro_batch}] = core_->turnstile.TakeTicket();
+    Place& place = places[{a.kind, a.stage, a.micro_batch}];
+    place.position = k;
+    if (takes_turn) place.ticket = core_->turnstile.TakeTicket();
   }
   {
     std::lock_guard<std::mutex> lock(progress_.mutex);
     progress_.failed = false;
-  }
-  // The failure reported is the first in that order (e.g. the first stage
-  // and micro-batch to produce a NaN), whichever thread met it first.
-  std::map<std::tuple<ActionKind, size_t, size_t>, size_t> position;
-  for (size_t k = 0; k < order.global.size(); ++k) {
-    const Action& a = order.global[k];
-    position[{a.kind, a.stage, a.micro_batch}] = k;
   }
   std::mutex failures_mutex;
   std::map<size_t, std::exception_ptr> failures;  // by position
   std::vector<std::future<void>> done;
   for (size_t thread = 0; thread < order.per_thread.size(); ++thread) {
     for (const Action& a : order.per_thread[thread]) {
-      std::optional<uint64_t> ticket;
-      auto it = tickets.find({a.kind, a.stage, a.micro_batch});
-      if (it != tickets.end()) ticket = it->second;
-      const size_t at = position.at({a.kind, a.stage, a.micro_batch});
+      const Place& place = places.at({a.kind, a.stage, a.micro_batch});
+      const std::optional<uint64_t> ticket = place.ticket;
+      const size_t at = place.position;
       done.push_back(
           core_->workers[thread]->Submit([this, a, ticket, at, &failures, &failures_mutex] {
             if (!WaitForDependencies(a)) {  // a task failed: pass this one's turn on and stop

@@ -28,6 +28,17 @@ std::vector<at::Tensor> MicroBatchOutputs(const std::vector<at::Tensor>& outputs
   return part;
 }
 
+// Which rows of the mini-batch each micro-batch holds, from Scatter's sizes.
+std::vector<MicroBatchRows> RowsOf(const std::vector<int64_t>& sizes) {
+  int64_t batch = 0;
+  for (int64_t size : sizes) batch += size;
+  std::vector<MicroBatchRows> rows;
+  int64_t offset = 0;
+  for (size_t i = 0; i < sizes.size(); offset += sizes[i], ++i)
+    rows.push_back({i, offset, sizes[i], batch});
+  return rows;
+}
+
 }  // namespace
 
 double Pipeline::train_step(const std::vector<c10::IValue>& inputs, const LossFunction& loss) {
@@ -41,19 +52,14 @@ double Pipeline::train_step(const std::vector<c10::IValue>& inputs, const LossFu
 
 double Pipeline::train_step(const std::vector<c10::IValue>& inputs,
                             const MicroBatchLossFunction& loss) {
-  if (core_->ranks
-          .distributed()) {  // GPipe's forward, the losses on the outputs' rank, the backward
+  if (core_->ranks.distributed()) {
+    // GPipe's forward, the losses on the outputs' rank, the backward.
     return TrainStep(
         inputs, [&](const std::vector<at::Tensor>& outputs, const std::vector<int64_t>& sizes) {
-          MicroBatchRows rows;
-          for (int64_t size : sizes) rows.batch += size;
           at::Tensor total;
-          for (int64_t size : sizes) {
-            rows.size = size;
+          for (const MicroBatchRows& rows : RowsOf(sizes)) {
             at::Tensor share = loss(rows, MicroBatchOutputs(outputs, rows));
             total = total.defined() ? total + share : share;
-            rows.offset += size;
-            ++rows.index;
           }
           return total;
         });
@@ -63,12 +69,7 @@ double Pipeline::train_step(const std::vector<c10::IValue>& inputs,
   std::vector<c10::IValue> bound = BindArguments(core_->manifest.arguments, inputs);
   auto run = StartRun(bound, true);
   const std::vector<int64_t>& sizes = run->micro_batches().sizes;
-  std::vector<MicroBatchRows> rows(sizes.size());
-  int64_t batch = 0;
-  for (int64_t size : sizes) batch += size;
-  for (size_t i = 0, offset = 0; i < sizes.size(); offset += sizes[i], ++i) {
-    rows[i] = {i, static_cast<int64_t>(offset), sizes[i], batch};
-  }
+  const std::vector<MicroBatchRows> rows = RowsOf(sizes);
   const Schedule schedule =
       BuildSchedule(core_->schedule, core_->stages.size(), sizes.size(), core_->virtual_stages);
   double total = 0.0;

@@ -20,6 +20,8 @@
 #include <stdexcept>
 #include <string>
 
+#include <c10/util/Exception.h>
+
 namespace gpipe {
 namespace {
 
@@ -298,5 +300,14 @@ class ScheduleChecker {
 }  // namespace
 
 ScheduleStats ValidateSchedule(const Schedule& schedule) { return ScheduleChecker(schedule).Run(); }
+
+void CheckScheduleFits(const std::string& name, size_t stages, size_t micro_batches,
+                       size_t virtual_stages) {
+  try {
+    ValidateSchedule(BuildSchedule(name, stages, micro_batches, virtual_stages));
+  } catch (const std::invalid_argument& e) {
+    TORCH_CHECK(false, e.what());
+  }
+}
 
 }  // namespace gpipe

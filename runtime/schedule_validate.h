@@ -2,6 +2,7 @@
 
 #include <cstddef>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "runtime/schedule_ir.h"
@@ -36,5 +37,11 @@ struct ScheduleStats {
 // I/W; a W precedes its I; or the lists deadlock ("schedule deadlocks:
 // worker 0 waits at 0B0 for 1B0, worker 1 waits at 1F1 for 0F1").
 ScheduleStats ValidateSchedule(const Schedule& schedule);
+
+// Builds the named schedule for these stages and micro-batches and validates
+// it, reporting a schedule that cannot run them (BuildSchedule's and
+// ValidateSchedule's messages) as a c10::Error, as the CLIs print errors.
+void CheckScheduleFits(const std::string& name, size_t stages, size_t micro_batches,
+                       size_t virtual_stages);
 
 }  // namespace gpipe
