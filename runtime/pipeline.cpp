@@ -140,8 +140,6 @@ Pipeline Pipeline::load(const std::string& path, const PipelineOptions& options)
   // Refuse a schedule that cannot run these stages before the first step.
   CheckScheduleFits(core->schedule, num_stages, static_cast<size_t>(core->chunks),
                     core->virtual_stages);
-  TORCH_CHECK(core->schedule == "gpipe" || !options.peers, "schedule '", core->schedule,
-              "' runs in one process so far; with --distributed use --schedule gpipe");
   TORCH_CHECK(options.ranks.empty() || options.peers, "--ranks assigns stages to processes; it needs --distributed");
   if (options.peers) {
     core->peers = options.peers;

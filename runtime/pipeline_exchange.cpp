@@ -24,15 +24,16 @@ std::string OutputName(size_t stage, int64_t output, size_t micro_batch) {
 // Several processes draw random numbers exactly as one process would: one
 // process's stages take turns on its one generator (RngTurnstile), so across
 // ranks the generator's state travels as a token, in the same ticket order.
-// Its home is the rank holding the outputs (where the loss draws, e.g. a
-// random target); it leaves home for the first random task of `order` (every
-// rank's forwards, in the order all ranks agree on), goes from task to task,
-// and comes home after the last one. Hops between tasks of one rank need no
-// message. Recomputation replays saved states and does not move the token.
+// Its home is the rank holding the outputs (where a whole-batch loss draws,
+// e.g. a random target); it leaves home for the first random task of `order`
+// (every rank's forwards, in the order all ranks agree on), goes from task to
+// task, and comes home after the last one. In train_step the forward that
+// completes a micro-batch's outputs holds it for that micro-batch's loss too. Hops between tasks of
+// one rank need no message. Recomputation replays saved states and does not move the token.
 void PipelineRun::PlanRngRelay(const std::vector<Action>& order) {
   std::vector<Action> random;
   for (const Action& a : order) {
-    if (core_->stages[a.stage].uses_rng) random.push_back(a);
+    if (TakesRngToken(a)) random.push_back(a);
   }
   const RankPlan& ranks = core_->ranks;
   const size_t n = random.size();
@@ -117,33 +118,40 @@ void PipelineRun::ReceiveModelOutputs() {
   remote_outputs_.assign(slots_.size(), std::vector<c10::IValue>(outputs.size()));
   for (size_t k = 0; k < outputs.size(); ++k) {
     if (!IsRemote(outputs[k])) continue;
-    for (size_t i = 0; i < slots_.size(); ++i) {
-      remote_outputs_[i][k] =
-          RecvValue(*core_->peers, core_->ranks.rank_of(outputs[k].stage),
-                    core_->ranks.Message(false, i, slots_.size(), RankPlan::kModelOutputs,
-                                         static_cast<int64_t>(k)),
-                    OutputName(outputs[k].stage, outputs[k].index, i));
-    }
+    for (size_t i = 0; i < slots_.size(); ++i) remote_outputs_[i][k] = ReceiveModelOutput(i, k);
   }
+}
+
+c10::IValue PipelineRun::ReceiveModelOutput(size_t i, size_t k) {
+  const ValueSource& source = core_->manifest.outputs[k];
+  return RecvValue(*core_->peers, core_->ranks.rank_of(source.stage),
+                   core_->ranks.Message(false, i, slots_.size(), RankPlan::kModelOutputs,
+                                        static_cast<int64_t>(k)),
+                   OutputName(source.stage, source.index, i));
 }
 
 void PipelineRun::SendModelOutputGrads(const std::vector<at::Tensor>& output_grads) {
   if (remote_outputs_.empty()) return;
   for (size_t k = 0; k < core_->manifest.outputs.size(); ++k) {
-    const ValueSource& source = core_->manifest.outputs[k];
-    if (!IsRemote(source)) continue;
+    if (!IsRemote(core_->manifest.outputs[k])) continue;
     std::vector<at::Tensor> parts(slots_.size());
     if (k < output_grads.size() && output_grads[k].defined()) {
       parts = output_grads[k].split_with_sizes(micro_batches_.sizes, 0);
     }
     for (size_t i = 0; i < slots_.size(); ++i) {
-      if (!CarriesGrad(remote_outputs_[i][k])) continue;
-      SendValue(*core_->peers, parts[i], false, core_->ranks.rank_of(source.stage),
-                core_->ranks.Message(true, i, slots_.size(), RankPlan::kModelOutputs,
-                                     static_cast<int64_t>(k)),
-                "the gradient of " + OutputName(source.stage, source.index, i));
+      if (CarriesGrad(remote_outputs_[i][k])) SendModelOutputGrad(i, k, parts[i]);
     }
   }
+}
+
+// Answers every received output that carried gradient (None when `grad` is
+// undefined): its stage's backward waits for exactly these messages.
+void PipelineRun::SendModelOutputGrad(size_t i, size_t k, const at::Tensor& grad) {
+  const ValueSource& source = core_->manifest.outputs[k];
+  SendValue(*core_->peers, grad, false, core_->ranks.rank_of(source.stage),
+            core_->ranks.Message(true, i, slots_.size(), RankPlan::kModelOutputs,
+                                 static_cast<int64_t>(k)),
+            "the gradient of " + OutputName(source.stage, source.index, i));
 }
 
 std::vector<at::Tensor> PipelineRun::OutputParts(size_t k) const {

@@ -70,15 +70,24 @@ namespace {
 bool IsForward(const Action& action) { return action.kind == ActionKind::kForward; }
 }  // namespace
 
-void PipelineRun::Forward() {
-  const Schedule gpipe = BuildGpipe(core_->stages.size(), slots_.size());
+bool PipelineRun::TakesRngToken(const Action& action) const {
+  return IsForward(action) &&
+         (core_->stages[action.stage].uses_rng || (loss_ && action.stage == loss_stage_));
+}
+
+void PipelineRun::ExecuteOnEveryRank(const Schedule& schedule,
+                                     const std::function<bool(const Action&)>& keep) {
   if (core_->ranks.distributed()) {
     // Every rank's random tasks, in the order all ranks agree on.
     std::vector<std::optional<size_t>> everywhere(core_->stages.size(), 0);
-    PlanRngRelay(OrderActions(gpipe, everywhere, 1, IsForward).global);
+    PlanRngRelay(OrderActions(schedule, everywhere, 1, keep).global);
   }
-  Execute(OrderFor(gpipe, IsForward));
+  Execute(OrderFor(schedule, keep));
   if (rng_home_from_) ReceiveRngState(*rng_home_from_, rng_home_hop_);
+}
+
+void PipelineRun::Forward() {
+  ExecuteOnEveryRank(BuildGpipe(core_->stages.size(), slots_.size()), IsForward);
   ReceiveModelOutputs();
 }
 
@@ -127,20 +136,25 @@ std::vector<at::Tensor> PipelineRun::Backward(const std::vector<at::Tensor>& out
 }
 
 double PipelineRun::TrainStep(const Schedule& schedule, const RunMicroBatchLoss& loss) {
-  TORCH_CHECK(!core_->ranks.distributed(), "the loss inside the schedule runs in one process");
   TORCH_CHECK(loss_stage_.has_value(), "the model returns no stage output to compute a loss from");
+  // The model's outputs travel to the rank of the last stage (RankPlan); the
+  // loss runs there, in the forward of the last stage producing an output.
+  TORCH_CHECK(core_->ranks.rank_of(*loss_stage_) == core_->ranks.output_rank(), "stage ",
+              *loss_stage_, " computes the model's last output, but rank ",
+              core_->ranks.output_rank(), " runs the last stage, ", core_->stages.size() - 1,
+              ", which feeds no output; assign the last stages to one rank with --ranks");
   const size_t m = slots_.size();
   input_grads_.assign(m, std::vector<at::Tensor>(micro_batches_.batched.size()));
   losses_.assign(m, 0.0);
   loss_ = &loss;
   try {
-    Execute(OrderFor(schedule, [](const Action&) { return true; }));
+    ExecuteOnEveryRank(schedule, [](const Action&) { return true; });
   } catch (...) {
     loss_ = nullptr;
     throw;
   }
   loss_ = nullptr;
-  double total = 0.0;
+  double total = 0.0;                           // this rank's: 0 except on the loss's rank
   for (double value : losses_) total += value;  // in micro-batch order: the same sum every run
   return total;
 }
@@ -168,7 +182,8 @@ bool PipelineRun::WaitForDependencies(const Action& action) {
         for (size_t c : consumers_[j]) {
           if (local(c) && !progress_.input_grads_done[i][c]) return false;
         }
-        return !(loss_ && produces_output_[j] && !progress_.loss_done[i]);
+        // The loss's gradient: here once the loss is done, or a message from its rank.
+        return !(loss_ && produces_output_[j] && local(*loss_stage_) && !progress_.loss_done[i]);
       case ActionKind::kBackwardWeight:
         return static_cast<bool>(progress_.input_grads_done[i][j]);
     }
@@ -205,17 +220,24 @@ void PipelineRun::RunAction(const Action& action, std::optional<uint64_t> ticket
   TaskRecord record{j, i, kPhase.at(action.kind), core_->worker_of_stage[j], 0, 0};
   const bool tracing = core_->trace.enabled();
   if (tracing) record.start_ns = TaskTrace::NowNs();
+  // The task's turn on the generator: first, so that it is never skipped.
+  std::optional<RngTurnstile::Turn> turn;
+  if (ticket) turn.emplace(core_->turnstile, *ticket);
   if (action.kind == ActionKind::kForward) {
-    RunForwardTask(i, j, ticket);
+    Slot& slot = slots_[i][j];
+    if (slot.rng_from) ReceiveRngState(*slot.rng_from, slot.rng_hop);
+    RunForwardTask(i, j);
     if (loss_ && j == loss_stage_) {
       try {
-        RunLoss(i);  // still inside this task's turn on the generator
+        RunLoss(i);  // it may draw too: inside this task's turn, before the state moves on
       } catch (...) {
         throw LossFailure{std::current_exception()};
       }
     }
+    if (slot.rng_to) SendRngState(*slot.rng_to, slot.rng_hop + 1);
+    SendOutputs(i, j);
   } else {
-    RunBackwardTask(i, j, ticket, action.kind);
+    RunBackwardTask(i, j, action.kind);
   }
   if (tracing) {
     record.end_ns = TaskTrace::NowNs();
@@ -248,8 +270,7 @@ void PipelineRun::Execute(const ActionOrder& order) {
     const Stage& stage = core_->stages[a.stage];
     bool takes_turn = false;
     if (a.kind == ActionKind::kForward) {
-      takes_turn =
-          stage.uses_rng || (loss_ && a.stage == loss_stage_);  // the loss runs in this task
+      takes_turn = TakesRngToken(a);
     } else if (a.kind != ActionKind::kBackwardWeight) {
       takes_turn = stage.uses_rng && slots_[a.micro_batch][a.stage].checkpointed;
     }

@@ -56,8 +56,9 @@ class PipelineRun {
   // the input did not require grad). Releases the saved state.
   std::vector<at::Tensor> Backward(const std::vector<at::Tensor>& output_grads);
 
-  // One process: runs every action of `schedule` (forwards, the loss of each
-  // micro-batch, backwards) and returns the sum of the micro-batch losses.
+  // Runs every action of `schedule` (forwards, the loss of each micro-batch,
+  // backwards) and returns the sum of the micro-batch losses computed here
+  // (in several processes, on the rank of the last stage; 0 elsewhere).
   double TrainStep(const Schedule& schedule, const RunMicroBatchLoss& loss);
 
  private:
@@ -99,6 +100,8 @@ class PipelineRun {
   // The executor: runs `order` on the workers, each action once its
   // dependencies are done, random draws in `order.global`'s order.
   void Execute(const ActionOrder& order);
+  // Execute, and in several processes the generator's relay around it.
+  void ExecuteOnEveryRank(const Schedule& schedule, const std::function<bool(const Action&)>& keep);
   ActionOrder OrderFor(const Schedule& schedule,
                        const std::function<bool(const Action&)>& keep) const;
   // Blocks until `action`'s dependencies are done; false if a task failed.
@@ -112,9 +115,9 @@ class PipelineRun {
   void RunAction(const Action& action, std::optional<uint64_t> ticket);
 
   // The task bodies (pipeline_tasks.cpp).
-  void RunForwardTask(size_t i, size_t j, std::optional<uint64_t> ticket);
+  void RunForwardTask(size_t i, size_t j);
   void RunLoss(size_t i);
-  void RunBackwardTask(size_t i, size_t j, std::optional<uint64_t> ticket, ActionKind kind);
+  void RunBackwardTask(size_t i, size_t j, ActionKind kind);
   void RecomputeIfCheckpointed(size_t i, size_t j, std::optional<BufferSnapshot>& buffers);
   void HandInputGrads(size_t i, size_t j, const std::vector<at::Tensor>& grads);
   c10::IValue SourceValue(size_t i, const ValueSource& source) const;
@@ -130,8 +133,13 @@ class PipelineRun {
   void SendOutputs(size_t i, size_t j);
   void ReceiveOutputGrads(size_t i, size_t j);
   void SendInputGrad(size_t i, size_t j, size_t n, const at::Tensor& grad);
-  void ReceiveModelOutputs();
+  void ReceiveModelOutputs();  // all micro-batches' (forward(), then the caller's loss)
   void SendModelOutputGrads(const std::vector<at::Tensor>& output_grads);
+  c10::IValue ReceiveModelOutput(size_t i, size_t k);  // one (the loss inside the schedule)
+  void SendModelOutputGrad(size_t i, size_t k, const at::Tensor& grad);
+  // Forwards drawing random numbers, or running a loss that may: they hold
+  // the generator's state in turn (PlanRngRelay).
+  bool TakesRngToken(const Action& action) const;
   void PlanRngRelay(const std::vector<Action>& order);
   void SendRngState(int peer, size_t hop);
   void ReceiveRngState(int peer, size_t hop);

@@ -39,12 +39,9 @@ void CheckFinite(const c10::IValue& v, const char* what, size_t index) {
 
 }  // namespace
 
-void PipelineRun::RunForwardTask(size_t i, size_t j, std::optional<uint64_t> ticket) {
-  std::optional<RngTurnstile::Turn> turn;
-  if (ticket) turn.emplace(core_->turnstile, *ticket);  // first: never skipped
+void PipelineRun::RunForwardTask(size_t i, size_t j) {
   Stage& stage = core_->stages[j];
   Slot& slot = slots_[i][j];
-  if (slot.rng_from) ReceiveRngState(*slot.rng_from, slot.rng_hop);
   bool any_grad = false;
   for (size_t n = 0; n < stage.inputs.size(); ++n) {
     const ValueSource& source = stage.inputs[n];
@@ -74,11 +71,9 @@ void PipelineRun::RunForwardTask(size_t i, size_t j, std::optional<uint64_t> tic
     for (const auto& out : slot.outputs) slot.output_requires_grad.push_back(CarriesGrad(out));
   }
   slot.output_grads.assign(slot.outputs.size(), at::Tensor());
-  if (slot.rng_to) SendRngState(*slot.rng_to, slot.rng_hop + 1);
   if (core_->detect_anomaly) {
     for (size_t k = 0; k < slot.outputs.size(); ++k) CheckFinite(slot.outputs[k], "output", k);
   }
-  SendOutputs(i, j);
 }
 
 // Micro-batch i's loss, on leaves cut from its model outputs: their gradients
@@ -87,8 +82,11 @@ void PipelineRun::RunForwardTask(size_t i, size_t j, std::optional<uint64_t> tic
 void PipelineRun::RunLoss(size_t i) {
   const auto& outputs = core_->manifest.outputs;
   std::vector<at::Tensor> leaves;
-  for (const ValueSource& source : outputs) {
-    c10::IValue v = SourceValue(i, source);
+  std::vector<bool> remote(outputs.size(), false);  // from another rank: its gradient is sent back
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    const ValueSource& source = outputs[k];
+    remote[k] = IsRemote(source);
+    c10::IValue v = remote[k] ? ReceiveModelOutput(i, k) : SourceValue(i, source);
     TORCH_CHECK(v.isTensor() || v.isNone(), "model output is a ", v.tagKind(),
                 ", not a tensor; a pipelined model must return tensors with a batch dimension");
     if (v.isNone() || !v.toTensor().defined()) {
@@ -96,10 +94,11 @@ void PipelineRun::RunLoss(size_t i) {
       continue;
     }
     at::Tensor leaf = v.toTensor().detach();
-    if (source.origin == ValueSource::Origin::StageOutput &&
-        slots_[i][source.stage].output_requires_grad[source.index]) {
-      leaf.requires_grad_(true);
-    }
+    const bool carries_grad = remote[k]
+                                  ? CarriesGrad(v)
+                                  : source.origin == ValueSource::Origin::StageOutput &&
+                                        slots_[i][source.stage].output_requires_grad[source.index];
+    if (carries_grad) leaf.requires_grad_(true);
     leaves.push_back(leaf);
   }
   at::AutoGradMode grad_mode(true);
@@ -107,13 +106,16 @@ void PipelineRun::RunLoss(size_t i) {
   TORCH_CHECK(value.numel() == 1, "the loss must be a single value, but it has shape ",
               value.sizes());
   losses_[i] = value.item<double>();
-  if (!value.requires_grad()) return;
-  value.backward();
+  if (value.requires_grad()) value.backward();
   for (size_t k = 0; k < outputs.size(); ++k) {
     const ValueSource& source = outputs[k];
-    if (!leaves[k].defined() || !leaves[k].requires_grad() || !leaves[k].grad().defined()) continue;
-    AddGrad(slots_[i][source.stage].output_grads[source.index], leaves[k].grad(),
-            core_->stages[source.stage].device);
+    if (!leaves[k].defined() || !leaves[k].requires_grad()) continue;
+    if (remote[k]) {
+      SendModelOutputGrad(i, k, leaves[k].grad());  // always answered, maybe None
+    } else if (leaves[k].grad().defined()) {
+      AddGrad(slots_[i][source.stage].output_grads[source.index], leaves[k].grad(),
+              core_->stages[source.stage].device);
+    }
   }
 }
 
@@ -153,10 +155,7 @@ void PipelineRun::RecomputeIfCheckpointed(size_t i, size_t j,
 
 // B, or its halves: I (the inputs' gradients, handed on at once, the graph
 // kept) and W (the weights' gradients from that graph, later).
-void PipelineRun::RunBackwardTask(size_t i, size_t j, std::optional<uint64_t> ticket,
-                                  ActionKind kind) {
-  std::optional<RngTurnstile::Turn> turn;
-  if (ticket) turn.emplace(core_->turnstile, *ticket);
+void PipelineRun::RunBackwardTask(size_t i, size_t j, ActionKind kind) {
   Stage& stage = core_->stages[j];
   Slot& slot = slots_[i][j];
   if (kind == ActionKind::kBackwardWeight) {

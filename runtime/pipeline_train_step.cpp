@@ -1,6 +1,6 @@
 // Pipeline::train_step: the forward, the loss (once for the mini-batch, or
-// once per micro-batch with its rows) and the pipelined backward of one step,
-// with the loss summed over the ranks in several processes.
+// once per micro-batch with its rows, inside the schedule) and the pipelined
+// backward of one step, with the loss summed over the ranks in several processes.
 
 #include <torch/csrc/autograd/grad_mode.h>
 
@@ -15,18 +15,6 @@
 namespace gpipe {
 
 namespace {
-
-// Micro-batch `rows`' part of each model output: its rows where the output
-// has the mini-batch's rows in dim 0, the whole output otherwise.
-std::vector<at::Tensor> MicroBatchOutputs(const std::vector<at::Tensor>& outputs,
-                                          const MicroBatchRows& rows) {
-  std::vector<at::Tensor> part;
-  for (const auto& o : outputs) {
-    const bool batched = o.defined() && o.dim() >= 1 && o.size(0) == rows.batch;
-    part.push_back(batched ? o.narrow(0, rows.offset, rows.size) : o);
-  }
-  return part;
-}
 
 // Which rows of the mini-batch each micro-batch holds, from Scatter's sizes.
 std::vector<MicroBatchRows> RowsOf(const std::vector<int64_t>& sizes) {
@@ -52,19 +40,8 @@ double Pipeline::train_step(const std::vector<c10::IValue>& inputs, const LossFu
 
 double Pipeline::train_step(const std::vector<c10::IValue>& inputs,
                             const MicroBatchLossFunction& loss) {
-  if (core_->ranks.distributed()) {
-    // GPipe's forward, the losses on the outputs' rank, the backward.
-    return TrainStep(
-        inputs, [&](const std::vector<at::Tensor>& outputs, const std::vector<int64_t>& sizes) {
-          at::Tensor total;
-          for (const MicroBatchRows& rows : RowsOf(sizes)) {
-            at::Tensor share = loss(rows, MicroBatchOutputs(outputs, rows));
-            total = total.defined() ? total + share : share;
-          }
-          return total;
-        });
-  }
-  // One process: the whole schedule, each micro-batch's loss inside it.
+  // The whole schedule, each micro-batch's loss inside it (on the rank of the
+  // last stage, in several processes).
   at::AutoGradMode grad_mode(true);
   std::vector<c10::IValue> bound = BindArguments(core_->manifest.arguments, inputs);
   auto run = StartRun(bound, true);
@@ -83,6 +60,11 @@ double Pipeline::train_step(const std::vector<c10::IValue>& inputs,
     throw;
   }
   CommitDeferredBatchNorm();
+  if (core_->peers) {
+    at::Tensor sum = at::full({1}, total, at::kDouble);
+    core_->peers->AllReduceSum(sum, "the loss of this step");
+    total = sum.item<double>();
+  }
   return total;
 }
 
