@@ -209,6 +209,47 @@ TEST(Schedules, OneFOneBHoldsAtMostHalfOfGpipesActivations) {
   EXPECT_LE(2 * one_f_one_b, gpipe) << "1f1b " << one_f_one_b << " bytes, gpipe " << gpipe;
 }
 
+// Dropout: each schedule draws its masks in its own order (the validator's
+// start steps), so results depend neither on threads nor on recomputation.
+TEST(Schedules, WithDropoutEachScheduleIsBitwiseTheSameWhateverTheThreadsOrCheckpointing) {
+  TempDir dir;
+  CompileModel(TestModel("mlp9.pt"), dir.path("m.gpipe"), testing::Options(4, 4));
+  at::manual_seed(5);
+  const at::Tensor x = at::randn({12, 16});
+  auto gradients = [&](const ScheduleCase& c, CheckpointMode mode, bool one_worker, bool train) {
+    PipelineOptions options;
+    options.schedule = c.schedule;
+    options.virtual_stages = c.virtual_stages;
+    options.checkpoint = mode;
+    options.one_worker = one_worker;
+    Pipeline pipe = Pipeline::load(dir.path("m.gpipe"), options);
+    if (!train) pipe.eval();
+    at::manual_seed(11);
+    pipe.train_step({x}, [&](const MicroBatchRows& rows, const std::vector<at::Tensor>& outputs) {
+      return SquaresShare(outputs[0], rows.batch);
+    });
+    std::vector<at::Tensor> grads;
+    for (const auto& [name, p] : pipe.named_parameters()) grads.push_back(p.grad());
+    return grads;
+  };
+  auto same = [](const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+    bool equal = a.size() == b.size();
+    for (size_t k = 0; equal && k < a.size(); ++k) equal = at::equal(a[k], b[k]);
+    return equal;
+  };
+  for (const ScheduleCase& c : kSchedules) {
+    const auto want = gradients(c, CheckpointMode::Never, false, true);
+    EXPECT_TRUE(same(want, gradients(c, CheckpointMode::Never, true, true)))
+        << c.schedule << ": one worker thread";
+    EXPECT_TRUE(same(want, gradients(c, CheckpointMode::Always, false, true)))
+        << c.schedule << ": always";
+    EXPECT_TRUE(same(want, gradients(c, CheckpointMode::ExceptLast, true, true)))
+        << c.schedule << ": except_last on one worker thread";
+    EXPECT_FALSE(same(want, gradients(c, CheckpointMode::Never, false, false)))
+        << c.schedule << ": dropout was off";
+  }
+}
+
 TEST(Schedules, UnknownOrUnfitSchedulesAndWholeBatchLossesAreOneLineErrors) {
   TempDir dir;
   CompileModel(TestModel("mlp9.pt"), dir.path("m.gpipe"), testing::Options(3, 4));
