@@ -78,20 +78,6 @@ std::string PlanDot(const gpipe::Manifest& m, const std::vector<double>& stage_c
   return dot.str();
 }
 
-// --schedule: a builder's name, or a CSV file in PyTorch's layout (one row per
-// worker, one "2F5"-style action per cell), for this artifact's stage count.
-gpipe::Schedule LoadSchedule(const std::string& schedule, size_t stages, size_t micro_batches,
-                             size_t virtual_stages) {
-  bool is_file = schedule.size() > 4 && schedule.compare(schedule.size() - 4, 4, ".csv") == 0;
-  if (!is_file) return gpipe::BuildSchedule(schedule, stages, micro_batches, virtual_stages);
-  std::ifstream in(schedule, std::ios::binary);
-  TORCH_CHECK(in, "cannot read the schedule file ", schedule,
-              "; give a CSV path or a schedule name");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return gpipe::ReadScheduleCsv(text.str(), stages, schedule);
-}
-
 int Main(int argc, char** argv) {
   std::string artifact, sample_input, dot_path, svg_path, schedule;
   int64_t micro_batches = 0, virtual_stages = 1;
@@ -203,9 +189,9 @@ int Main(int argc, char** argv) {
     if (micro_batches == 0) micro_batches = m.chunks;
     TORCH_CHECK(micro_batches > 0, "--micro-batches must be at least 1, not ", micro_batches);
     TORCH_CHECK(virtual_stages > 0, "--virtual-stages must be at least 1, not ", virtual_stages);
-    std::printf("%s", gpipe::FormatTable(LoadSchedule(schedule, m.stages.size(),
-                                                      static_cast<size_t>(micro_batches),
-                                                      static_cast<size_t>(virtual_stages)))
+    std::printf("%s", gpipe::FormatTable(gpipe::LoadSchedule(schedule, m.stages.size(),
+                                                             static_cast<size_t>(micro_batches),
+                                                             static_cast<size_t>(virtual_stages)))
                           .c_str());
   }
   if (!svg_path.empty()) {

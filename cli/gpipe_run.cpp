@@ -96,7 +96,8 @@ int Main(int argc, char** argv) {
       ("chunks", po::value(&chunks)->default_value(0), "micro-batches (0 = as compiled)")
       ("checkpoint", po::value(&checkpoint), "always, except_last or never (default: as compiled)")
       ("schedule", po::value(&schedule),
-       "--train: the order of work: gpipe, 1f1b, interleaved-1f1b or zb-h1 (default: as compiled)")
+       "--train: the order of work: gpipe, 1f1b, interleaved-1f1b, zb-h1, or a CSV file of "
+       "actions per worker as PyTorch writes them, e.g. plan.csv (default: as compiled)")
       ("virtual-stages", po::value(&virtual_stages),
        "--schedule interleaved-1f1b: stages per worker (default: as compiled)")
       ("devices", po::value(&devices), "one device per stage (default: as compiled)")

@@ -16,6 +16,7 @@
 #include "runtime/pipeline_core.h"
 #include "runtime/pipeline_error.h"
 #include "runtime/pipeline_run.h"
+#include "runtime/schedule_csv.h"
 #include "runtime/schedule_validate.h"
 #include "runtime/torch_compat.h"
 
@@ -138,8 +139,22 @@ Pipeline Pipeline::load(const std::string& path, const PipelineOptions& options)
   core->virtual_stages =
       options.virtual_stages.value_or(static_cast<size_t>(manifest.virtual_stages));
   // Refuse a schedule that cannot run these stages before the first step.
-  CheckScheduleFits(core->schedule, num_stages, static_cast<size_t>(core->chunks),
-                    core->virtual_stages);
+  if (IsScheduleFile(core->schedule)) {
+    core->planned_schedule = LoadSchedule(core->schedule, num_stages, 0, 1);
+    const size_t planned = core->planned_schedule->num_micro_batches;
+    TORCH_CHECK(planned == static_cast<size_t>(core->chunks), "schedule file ", core->schedule,
+                " plans ", planned, " micro-batches, but the pipeline splits each batch into ",
+                core->chunks, "; run with --chunks ", planned, " or plan ", core->chunks,
+                " micro-batches");
+    try {
+      ValidateSchedule(*core->planned_schedule);
+    } catch (const std::invalid_argument& e) {
+      TORCH_CHECK(false, core->schedule, ": ", e.what());
+    }
+  } else {
+    CheckScheduleFits(core->schedule, num_stages, static_cast<size_t>(core->chunks),
+                      core->virtual_stages);
+  }
   TORCH_CHECK(options.ranks.empty() || options.peers, "--ranks assigns stages to processes; it needs --distributed");
   if (options.peers) {
     core->peers = options.peers;

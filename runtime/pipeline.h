@@ -45,7 +45,8 @@ struct PipelineOptions {
   std::shared_ptr<PeerGroup> peers;
   std::vector<int> ranks;
   // The order of work in train_step (schedule_ir.h): gpipe, 1f1b,
-  // interleaved-1f1b (with `virtual_stages` stages per worker) or zb-h1.
+  // interleaved-1f1b (with `virtual_stages` stages per worker), zb-h1, or a
+  // CSV file of actions (schedule_csv.h) planned for `chunks` micro-batches.
   // Schedules other than gpipe need the loss per micro-batch.
   std::optional<std::string> schedule;
   std::optional<size_t> virtual_stages;

@@ -2,6 +2,7 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "runtime/checkpoint_mode.h"
@@ -10,6 +11,7 @@
 #include "runtime/peer_group.h"
 #include "runtime/rank_plan.h"
 #include "runtime/rng_turnstile.h"
+#include "runtime/schedule_ir.h"
 #include "runtime/stage.h"
 #include "runtime/task_trace.h"
 #include "runtime/worker.h"
@@ -33,8 +35,12 @@ struct PipelineCore {
   int64_t chunks = 1;
   bool detect_anomaly = false;
   CheckpointMode checkpoint = CheckpointMode::ExceptLast;
-  std::string schedule = "gpipe";  // train_step's order of work (BuildSchedule's names)
+  // train_step's order of work: a builder's name (BuildSchedule), built per
+  // step for its micro-batch count, or a CSV file's path, read once into
+  // `planned_schedule` for exactly `chunks` micro-batches.
+  std::string schedule = "gpipe";
   size_t virtual_stages = 1;
+  std::optional<Schedule> planned_schedule;
 };
 
 }  // namespace gpipe

@@ -47,8 +47,13 @@ double Pipeline::train_step(const std::vector<c10::IValue>& inputs,
   auto run = StartRun(bound, true);
   const std::vector<int64_t>& sizes = run->micro_batches().sizes;
   const std::vector<MicroBatchRows> rows = RowsOf(sizes);
-  const Schedule schedule =
-      BuildSchedule(core_->schedule, core_->stages.size(), sizes.size(), core_->virtual_stages);
+  const std::optional<Schedule>& planned = core_->planned_schedule;
+  // Scatter makes exactly `chunks` micro-batches (or refuses the batch), and
+  // load checked the plan against `chunks`.
+  TORCH_INTERNAL_ASSERT(!planned || planned->num_micro_batches == sizes.size());
+  const Schedule schedule = planned ? *planned
+                                    : BuildSchedule(core_->schedule, core_->stages.size(),
+                                                    sizes.size(), core_->virtual_stages);
   double total = 0.0;
   try {
     total = run->TrainStep(schedule, [&](size_t i, const std::vector<at::Tensor>& outputs) {

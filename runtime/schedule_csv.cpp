@@ -1,6 +1,10 @@
 #include "runtime/schedule_csv.h"
 
+#include <c10/util/Exception.h>
+
+#include <fstream>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
 #include <vector>
 
@@ -110,6 +114,26 @@ Schedule ReadScheduleCsv(const std::string& text, size_t num_stages, std::string
   }
   schedule.num_micro_batches = largest_micro_batch ? *largest_micro_batch + 1 : 0;
   return schedule;
+}
+
+bool IsScheduleFile(const std::string& name) {
+  return name.size() > 4 && name.compare(name.size() - 4, 4, ".csv") == 0;
+}
+
+Schedule LoadSchedule(const std::string& name_or_path, size_t stages, size_t micro_batches,
+                      size_t virtual_stages) {
+  try {
+    if (!IsScheduleFile(name_or_path))
+      return BuildSchedule(name_or_path, stages, micro_batches, virtual_stages);
+    std::ifstream in(name_or_path, std::ios::binary);
+    TORCH_CHECK(in, "cannot read the schedule file ", name_or_path,
+                "; give a CSV path or a schedule name");
+    std::ostringstream text;
+    text << in.rdbuf();
+    return ReadScheduleCsv(text.str(), stages, name_or_path);
+  } catch (const std::invalid_argument& e) {
+    TORCH_CHECK(false, e.what());
+  }
 }
 
 }  // namespace gpipe

@@ -32,4 +32,14 @@ std::string WriteScheduleCsv(const Schedule& schedule);
 // validated: call ValidateSchedule.
 Schedule ReadScheduleCsv(const std::string& text, size_t num_stages, std::string_view source_name);
 
+// A path ending in ".csv" names a schedule file rather than a builder.
+bool IsScheduleFile(const std::string& name);
+
+// `name_or_path`: a builder's name (BuildSchedule), or a CSV file read with
+// ReadScheduleCsv (it plans its own micro-batch count; `micro_batches` and
+// `virtual_stages` are then unused). Not validated. Errors are one-line
+// c10::Errors, as the CLIs and Pipeline::load print them.
+Schedule LoadSchedule(const std::string& name_or_path, size_t stages, size_t micro_batches,
+                      size_t virtual_stages);
+
 }  // namespace gpipe
