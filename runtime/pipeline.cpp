@@ -44,13 +44,19 @@ torch::jit::Module LoadStageModule(const ArtifactReader& reader, const std::stri
 // CPU "devices" are cores: every CPU stage gets its own worker so stages run
 // concurrently. Stages on one GPU share that device's worker. The cores are
 // shared by the CPU stages of every process on this machine.
-std::vector<size_t> AssignWorkers(const std::vector<Stage>& stages, const RankPlan& ranks,
-                                  int threads_per_stage, int processes_per_machine, bool one_worker,
-                                  std::vector<std::unique_ptr<Worker>>& workers) {
+std::vector<std::optional<size_t>> AssignWorkers(const std::vector<Stage>& stages,
+                                                 const RankPlan& ranks, int threads_per_stage,
+                                                 int processes_per_machine, bool one_worker,
+                                                 std::vector<std::unique_ptr<Worker>>& workers) {
   if (one_worker) {
     workers.push_back(std::make_unique<Worker>("all-stages", 0));
-    std::vector<size_t> worker_of_stage;
-    for (const auto& stage : stages) worker_of_stage.push_back(ranks.IsLocal(stage.index) ? 0 : SIZE_MAX);
+    std::vector<std::optional<size_t>> worker_of_stage;
+    for (const auto& stage : stages) {
+      if (ranks.IsLocal(stage.index))
+        worker_of_stage.emplace_back(0);
+      else
+        worker_of_stage.emplace_back(std::nullopt);
+    }
     return worker_of_stage;
   }
   if (threads_per_stage == 0) {
@@ -60,10 +66,10 @@ std::vector<size_t> AssignWorkers(const std::vector<Stage>& stages, const RankPl
     threads_per_stage = std::max(1, cores / std::max(1, cpu_stages * processes_per_machine));
   }
   std::map<std::string, size_t> by_device;
-  std::vector<size_t> worker_of_stage;
+  std::vector<std::optional<size_t>> worker_of_stage;
   for (const auto& stage : stages) {
     if (!ranks.IsLocal(stage.index)) {
-      worker_of_stage.push_back(SIZE_MAX);
+      worker_of_stage.emplace_back(std::nullopt);
       continue;
     }
     std::string key = stage.device.is_cpu() ? "cpu/stage" + std::to_string(stage.index)

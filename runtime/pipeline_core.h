@@ -25,7 +25,7 @@ struct PipelineCore {
   Manifest manifest;
   std::vector<Stage> stages;
   std::vector<std::unique_ptr<Worker>> workers;
-  std::vector<size_t> worker_of_stage;  // SIZE_MAX for another rank's stage
+  std::vector<std::optional<size_t>> worker_of_stage;  // nullopt: another rank's stage
   RankPlan ranks;                       // which process runs which stage
   std::shared_ptr<PeerGroup> peers;     // null in one process
   RngTurnstile turnstile;

@@ -10,10 +10,6 @@
 namespace gpipe {
 namespace {
 
-bool CarriesGrad(const c10::IValue& v) {
-  return v.isTensor() && v.toTensor().defined() && v.toTensor().requires_grad();
-}
-
 std::string OutputName(size_t stage, int64_t output, size_t micro_batch) {
   return "stage " + std::to_string(stage) + "'s output " + std::to_string(output) +
          " for micro-batch " + std::to_string(micro_batch);

@@ -56,14 +56,7 @@ c10::IValue PipelineRun::SourceValue(size_t i, const ValueSource& source) const 
 
 ActionOrder PipelineRun::OrderFor(const Schedule& schedule,
                                   const std::function<bool(const Action&)>& keep) const {
-  std::vector<std::optional<size_t>> thread_of_stage;
-  for (size_t j = 0; j < core_->stages.size(); ++j) {
-    if (core_->ranks.IsLocal(j))
-      thread_of_stage.push_back(core_->worker_of_stage[j]);
-    else
-      thread_of_stage.push_back(std::nullopt);
-  }
-  return OrderActions(schedule, thread_of_stage, core_->workers.size(), keep);
+  return OrderActions(schedule, core_->worker_of_stage, core_->workers.size(), keep);
 }
 
 namespace {
@@ -217,7 +210,7 @@ void PipelineRun::RunAction(const Action& action, std::optional<uint64_t> ticket
       {ActionKind::kBackward, TaskRecord::Phase::Backward},
       {ActionKind::kBackwardInput, TaskRecord::Phase::BackwardInput},
       {ActionKind::kBackwardWeight, TaskRecord::Phase::BackwardWeight}};
-  TaskRecord record{j, i, kPhase.at(action.kind), core_->worker_of_stage[j], 0, 0};
+  TaskRecord record{j, i, kPhase.at(action.kind), *core_->worker_of_stage[j], 0, 0};
   const bool tracing = core_->trace.enabled();
   if (tracing) record.start_ns = TaskTrace::NowNs();
   // The task's turn on the generator: first, so that it is never skipped.

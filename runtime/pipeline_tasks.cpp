@@ -13,10 +13,6 @@
 namespace gpipe {
 namespace {
 
-bool CarriesGrad(const c10::IValue& v) {
-  return v.isTensor() && v.toTensor().defined() && v.toTensor().requires_grad();
-}
-
 // A stage input as the stage sees it: on the stage's device and, when it
 // carries gradient, a fresh leaf so that the stage's graph ends here.
 c10::IValue StageInput(const c10::IValue& v, const c10::Device& device, bool carries_grad,
@@ -147,8 +143,8 @@ void PipelineRun::RecomputeIfCheckpointed(size_t i, size_t j,
   int64_t start = core_->trace.enabled() ? TaskTrace::NowNs() : 0;
   slot.outputs = stage.Run(slot.inputs);
   if (start != 0) {
-    core_->trace.Record(
-        {j, i, TaskRecord::Phase::Recompute, core_->worker_of_stage[j], start, TaskTrace::NowNs()});
+    core_->trace.Record({j, i, TaskRecord::Phase::Recompute, *core_->worker_of_stage[j], start,
+                         TaskTrace::NowNs()});
   }
   if (stage.uses_rng) RestoreRngState(current);
 }

@@ -23,4 +23,9 @@ void SendValue(PeerGroup& peers, const c10::IValue& value, bool carries_grad, in
                const std::string& what);
 c10::IValue RecvValue(PeerGroup& peers, int peer, int message, const std::string& what);
 
+// A defined tensor that requires grad: the values whose gradients travel back.
+inline bool CarriesGrad(const c10::IValue& v) {
+  return v.isTensor() && v.toTensor().defined() && v.toTensor().requires_grad();
+}
+
 }  // namespace gpipe
