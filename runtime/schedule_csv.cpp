@@ -27,6 +27,15 @@ std::vector<std::string> Split(const std::string& text, char separator) {
   return parts;
 }
 
+// A row of empty cells only (",,") is as blank as an empty line: PyTorch
+// writes idle steps as empty cells, and trailing blank rows are no workers.
+bool IsBlankRow(const std::string& line) {
+  for (const std::string& cell : Split(line, ',')) {
+    if (!Trim(cell).empty()) return false;
+  }
+  return true;
+}
+
 // "plan.csv:2:3"
 std::string Location(std::string_view source, size_t row, size_t column) {
   return std::string(source) + ":" + std::to_string(row) + ":" + std::to_string(column);
@@ -48,7 +57,7 @@ std::string WriteScheduleCsv(const Schedule& schedule) {
 
 Schedule ReadScheduleCsv(const std::string& text, size_t num_stages, std::string_view source_name) {
   std::vector<std::string> lines = Split(text, '\n');
-  while (!lines.empty() && Trim(lines.back()).empty()) lines.pop_back();
+  while (!lines.empty() && IsBlankRow(lines.back())) lines.pop_back();
 
   Schedule schedule;
   schedule.name = std::string(source_name);

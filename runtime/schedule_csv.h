@@ -20,7 +20,8 @@ namespace gpipe {
 // One line per worker, "\n"-terminated.
 std::string WriteScheduleCsv(const Schedule& schedule);
 
-// Parses `text`: workers = rows (trailing blank lines ignored), micro-batches
+// Parses `text`: workers = rows (trailing blank rows, empty or only empty
+// cells, ignored; a blank row before others is an idle worker), micro-batches
 // = one past the largest micro-batch named, worker_of_stage = the row holding
 // each stage. Empty cells are skipped, since PyTorch writes an idle step as
 // one; spaces around a cell and "\r\n" line ends are accepted. Throws

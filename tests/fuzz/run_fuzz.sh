@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Builds the fuzzers with clang (libFuzzer + ASan + UBSan) and runs one.
 #   tests/fuzz/run_fuzz.sh [SECONDS] [TARGET]   (default 60 s, manifest)
-# TARGET: manifest (manifest.json) or data_readers (.npy, token files, the
-# training state of a checkpoint). Crashes are written to tests/fuzz/crashes/;
+# TARGET: manifest (manifest.json), data_readers (.npy, token files, the
+# training state of a checkpoint) or schedule (schedule CSV files). Crashes are written to tests/fuzz/crashes/;
 # add each, fixed, as a regression test (tests/runtime/test_manifest.cpp,
-# tests/runtime/test_data_source.cpp).
+# tests/runtime/test_data_source.cpp, tests/runtime/test_schedule_ir.cpp).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SECONDS_TO_RUN=${1:-60}
@@ -25,7 +25,11 @@ case "$TARGET" in
     # LibTorch 1.13's zip reader (under torch::serialize::InputArchive) leaks
     # 152 bytes on some malformed archives: its leak, not a reader's.
     EXTRA=(-detect_leaks=0) ;;
-  *) echo "run_fuzz.sh: unknown target '$TARGET'; use manifest or data_readers" >&2; exit 2 ;;
+  schedule)
+    clang++ "${FLAGS[@]}" tests/fuzz/fuzz_schedule_csv.cpp runtime/schedule_csv.cpp runtime/schedule_ir.cpp \
+      runtime/schedule_validate.cpp -lc10 -o "$OUT/fuzz_schedule"
+    CORPUS=tests/fuzz/corpus_schedule ;;
+  *) echo "run_fuzz.sh: unknown target '$TARGET'; use manifest, data_readers or schedule" >&2; exit 2 ;;
 esac
 mkdir -p "$OUT/corpus_$TARGET"
 cp -n "$CORPUS"/* "$OUT/corpus_$TARGET/" 2>/dev/null || true

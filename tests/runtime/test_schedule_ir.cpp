@@ -269,6 +269,18 @@ TEST(ScheduleCsv, SkipsPyTorchsEmptyIdleCells) {
   EXPECT_EQ(read.num_micro_batches, 1u);
 }
 
+// Found by tests/fuzz/run_fuzz.sh schedule: a trailing row of empty cells
+// was a worker on reading but a blank line once written, so a plan did not
+// read back as itself. Blank rows at the end are no workers; one before
+// others is an idle worker, and survives the round trip.
+TEST(ScheduleCsv, TrailingRowsOfEmptyCellsAreNoWorkersAndIdleRowsRoundTrip) {
+  Schedule read = ReadScheduleCsv("0F0,0B0\n,\n , ,\n\n", 1, "plan.csv");
+  EXPECT_EQ(read.num_workers, 1u);
+  Schedule idle = ReadScheduleCsv("\n,\n0F0,0B0\n", 1, "plan.csv");
+  EXPECT_EQ(RowsOf(idle), (Rows{"", "", "0F0 0B0"}));
+  EXPECT_EQ(ReadScheduleCsv(WriteScheduleCsv(idle), 1, "again.csv").actions, idle.actions);
+}
+
 TEST(ScheduleCsv, NamesTheCellAndTheFix) {
   auto read = [](const std::string& text) {
     return ErrorOf([&] { ReadScheduleCsv(text, 2, "plan.csv"); });
