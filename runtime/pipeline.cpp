@@ -374,4 +374,22 @@ void Pipeline::set_checkpoint(CheckpointMode mode) { core_->checkpoint = mode; }
 const Manifest& Pipeline::manifest() const { return core_->manifest; }
 const std::string& Pipeline::schedule() const { return core_->schedule; }
 
+std::optional<std::string> Pipeline::ScheduleMisfit(int64_t micro_batches) const {
+  const size_t m = static_cast<size_t>(micro_batches);
+  if (core_->planned_schedule) {
+    if (core_->planned_schedule->num_micro_batches == m) return std::nullopt;
+    const std::string planned = std::to_string(core_->planned_schedule->num_micro_batches);
+    return "schedule file " + core_->schedule + " plans " + planned + " micro-batches, not " +
+           std::to_string(m) + "; use --chunks " + planned + " and batches of at least " + planned +
+           " rows";
+  }
+  try {
+    ValidateSchedule(
+        BuildSchedule(core_->schedule, core_->stages.size(), m, core_->virtual_stages));
+  } catch (const std::invalid_argument& e) {
+    return std::string(e.what());
+  }
+  return std::nullopt;
+}
+
 }  // namespace gpipe

@@ -138,6 +138,10 @@ class Pipeline {
   CheckpointMode checkpoint() const;
   void set_checkpoint(CheckpointMode mode);
   const std::string& schedule() const;
+  // Why train_step's schedule cannot run `micro_batches` micro-batches (e.g.
+  // interleaved-1f1b groups them by the worker count; a CSV plan is for one
+  // count), or nullopt when it can.
+  std::optional<std::string> ScheduleMisfit(int64_t micro_batches) const;
   const Manifest& manifest() const;
 
  private:

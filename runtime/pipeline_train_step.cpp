@@ -48,9 +48,8 @@ double Pipeline::train_step(const std::vector<c10::IValue>& inputs,
   const std::vector<int64_t>& sizes = run->micro_batches().sizes;
   const std::vector<MicroBatchRows> rows = RowsOf(sizes);
   const std::optional<Schedule>& planned = core_->planned_schedule;
-  // Scatter makes exactly `chunks` micro-batches (or refuses the batch), and
-  // load checked the plan against `chunks`.
-  TORCH_INTERNAL_ASSERT(!planned || planned->num_micro_batches == sizes.size());
+  // set_chunks may have changed the count load checked.
+  if (auto misfit = ScheduleMisfit(static_cast<int64_t>(sizes.size()))) TORCH_CHECK(false, *misfit);
   const Schedule schedule = planned ? *planned
                                     : BuildSchedule(core_->schedule, core_->stages.size(),
                                                     sizes.size(), core_->virtual_stages);

@@ -22,11 +22,23 @@ std::vector<c10::IValue> AsArguments(const DataBatch& batch) {
 
 // An epoch's last batch may have fewer examples than the pipeline has
 // micro-batches: it runs with one example per micro-batch.
+// The most micro-batches, at most `rows`, that train_step's schedule can run.
+std::optional<int64_t> FittingChunks(const Pipeline& pipe, int64_t rows) {
+  for (int64_t m = rows; m >= 1; --m) {
+    if (!pipe.ScheduleMisfit(m)) return m;
+  }
+  return std::nullopt;
+}
+
 class ChunksForBatch {
  public:
-  ChunksForBatch(Pipeline& pipe, const DataBatch& batch) : pipe_(pipe), chunks_(pipe.chunks()) {
+  // `training`: the count must also suit train_step's schedule (the largest
+  // that does; the Trainer checked at the start that one exists).
+  ChunksForBatch(Pipeline& pipe, const DataBatch& batch, bool training)
+      : pipe_(pipe), chunks_(pipe.chunks()) {
     const int64_t rows = batch.inputs.at(0).dim() > 0 ? batch.inputs.at(0).size(0) : chunks_;
-    if (rows < chunks_) pipe_.set_chunks(rows);
+    if (rows >= chunks_) return;
+    pipe_.set_chunks(training ? FittingChunks(pipe_, rows).value_or(rows) : rows);
   }
   ~ChunksForBatch() { pipe_.set_chunks(chunks_); }
 
@@ -62,6 +74,15 @@ Trainer::Trainer(Pipeline& pipe, std::shared_ptr<const DataSource> train,
               " is smaller than the ", pipe_.chunks(),
               " micro-batches of the pipeline; use --batch-size ", pipe_.chunks(),
               " or more, or --chunks ", options_.batch_size);
+  // A last batch with fewer rows than chunks runs as fewer micro-batches:
+  // say now, not at the end of the first epoch, if the schedule cannot.
+  const int64_t last_rows = train_->size() % options_.batch_size;
+  if (last_rows > 0 && last_rows < pipe_.chunks() && !FittingChunks(pipe_, last_rows)) {
+    TORCH_CHECK(false, "the last batch of each epoch has ", last_rows, " examples (",
+                train_->size(), " % --batch-size ", options_.batch_size, "), too few for schedule ",
+                pipe_.schedule(), ": ", *pipe_.ScheduleMisfit(last_rows),
+                "; choose a --batch-size that leaves no remainder, or another schedule");
+  }
   optimizer_ = MakeOptimizer(pipe_.parameters(), options_.optimizer);
   const int64_t steps_per_epoch =
       (batches_per_epoch() + options_.grad_accum - 1) / options_.grad_accum;
@@ -162,7 +183,7 @@ int64_t Trainer::Run(const std::function<void(const StepReport&)>& on_step,
         start = std::chrono::steady_clock::now();
       }
       const double scale = 1.0 / static_cast<double>(options_.grad_accum);
-      ChunksForBatch chunks(pipe_, batch);
+      ChunksForBatch chunks(pipe_, batch, true);
       const LossShares shares(options_.loss, batch.targets);
       double loss =
           pipe_.train_step(AsArguments(batch),
@@ -272,7 +293,7 @@ EvalReport Trainer::Evaluate(int64_t step) {
   EvalReport report;
   report.step = step;
   for (DataBatch& batch : *loader) {
-    ChunksForBatch chunks(pipe_, batch);
+    ChunksForBatch chunks(pipe_, batch, false);
     std::vector<at::Tensor> outputs = pipe_.forward(AsArguments(batch));
     report.examples += batch.inputs.at(0).size(0);
     if (outputs.empty()) continue;  // another rank holds the outputs

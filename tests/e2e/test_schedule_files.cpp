@@ -1,12 +1,15 @@
 // A schedule read from a CSV file (PyTorch's layout: one row per worker)
 // trains exactly as the builder it was written from, and a plan that cannot
-// run these stages and micro-batches is refused at load with one line.
+// run these stages and micro-batches is refused at load with one line; so is
+// a micro-batch count a schedule cannot run, and a data set whose last batch
+// no schedule-fitting count can split is refused before training starts.
 
 #include <gtest/gtest.h>
 
 #include <fstream>
 
 #include "runtime/schedule_csv.h"
+#include "runtime/trainer.h"
 #include "tests/e2e/pipeline_harness.h"
 #include "tests/test_util.h"
 
@@ -96,6 +99,52 @@ TEST(ScheduleFiles, APlanThatCannotRunIsRefusedAtLoadWithOneLine) {
             }),
             "chunks (2) is larger than the batch size (1); use --chunks 1 or fewer, or a larger "
             "batch");
+}
+
+TEST(ScheduleFiles, ALastBatchTheScheduleCannotSplitRunsAsFewerMicroBatchesOrIsRefusedFirst) {
+  TempDir dir;
+  CompileModel(TestModel("big_first.pt"), dir.path("m.gpipe"), testing::Options(4, 4));
+  auto all = OpenDataSource(TestModel("data_cls"));
+  auto train = SliceDataSource(all, 0, 39);  // 12, 12, 12 and a last batch of 3
+  TrainerOptions options;
+  options.batch_size = 12;
+  options.loss = ParseLoss("cross_entropy");
+
+  // interleaved-1f1b on 2 workers runs micro-batches in pairs: 3 rows run as 2.
+  PipelineOptions interleaved;
+  interleaved.schedule = "interleaved-1f1b";
+  interleaved.virtual_stages = 2;
+  Pipeline pipe = Pipeline::load(dir.path("m.gpipe"), interleaved);
+  Trainer trainer(pipe, train, nullptr, options);
+  std::vector<StepReport> steps;
+  trainer.Run([&](const StepReport& r) { steps.push_back(r); }, [](const EvalReport&) {},
+              [] { return false; });
+  ASSERT_EQ(steps.size(), 4u);
+  EXPECT_EQ(steps.back().examples, 3) << "every example trained";
+  EXPECT_EQ(pipe.chunks(), 4);
+  pipe.set_chunks(3);  // by hand: train_step says what the schedule needs
+  EXPECT_EQ(ErrorOf([&] {
+              pipe.train_step({at::randn({6, 16})},
+                              [](const MicroBatchRows&, const std::vector<at::Tensor>& outputs) {
+                                return outputs[0].sum();
+                              });
+            }),
+            "interleaved-1f1b runs micro-batches in groups of the worker count (2), but got 3 "
+            "micro-batches; use 2 or 4 micro-batches");
+
+  // A plan for 4 micro-batches cannot split 3 rows: said before the first step.
+  const std::string plan = dir.path("plan.csv");
+  WriteFile(plan, WriteScheduleCsv(Build1F1B(4, 4)));
+  PipelineOptions planned;
+  planned.schedule = plan;
+  Pipeline planned_pipe = Pipeline::load(dir.path("m.gpipe"), planned);
+  EXPECT_EQ(ErrorOf([&] { Trainer(planned_pipe, train, nullptr, options); }),
+            "the last batch of each epoch has 3 examples (39 % --batch-size 12), too few for "
+            "schedule " +
+                plan + ": schedule file " + plan +
+                " plans 4 micro-batches, not 3; use "
+                "--chunks 4 and batches of at least 4 rows; choose a --batch-size that leaves no "
+                "remainder, or another schedule");
 }
 
 }  // namespace
