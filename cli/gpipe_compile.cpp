@@ -129,7 +129,7 @@ int Main(int argc, char** argv) {
        "--balance-by size: sgd, or adam to count its two state tensors per parameter")
       ("chunks", po::value(&chunks)->default_value(1), "micro-batches per mini-batch")
       ("checkpoint", po::value(&checkpoint)->default_value("except_last"),
-       "recomputation: always, except_last or never")
+       "recomputation: always, except_last, never or selective (keep the products with a weight, recompute the rest)")
       ("schedule", po::value(&schedule)->default_value("gpipe"),
        "train_step's order of work, kept in the artifact: gpipe, 1f1b, interleaved-1f1b or zb-h1")
       ("virtual-stages", po::value(&virtual_stages)->default_value(1),

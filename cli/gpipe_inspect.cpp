@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <sstream>
 
 #include <boost/program_options.hpp>
@@ -14,6 +15,7 @@
 #include "runtime/sample_input.h"
 #include "runtime/schedule_csv.h"
 #include "runtime/schedule_ir.h"
+#include "runtime/stage.h"
 
 namespace po = boost::program_options;
 
@@ -51,6 +53,24 @@ std::string CostText(const gpipe::Manifest& m, double cost) {
   if (m.balance_method == "time") std::snprintf(buffer, sizeof buffer, "%.2f ms", cost);
   else std::snprintf(buffer, sizeof buffer, "%.1f MiB", cost / (1 << 20));
   return buffer;
+}
+
+// What --checkpoint selective keeps of a stage and what it recomputes, read
+// from its recompute method: each gpipe::saved_* op stands for a kept product.
+std::string SelectivePlan(const torch::jit::Graph& recompute) {
+  std::map<std::string, int> kept;
+  int recomputed = 0;
+  for (const torch::jit::Node* node : recompute.nodes()) {
+    const std::string kind = node->kind().toQualString();
+    if (kind.rfind("gpipe::saved_", 0) == 0)
+      ++kept[kind.substr(13)];
+    else if (node->kind().is_aten())
+      ++recomputed;
+  }
+  std::string text = "keeps";
+  for (const auto& [kind, count] : kept) text += " " + std::to_string(count) + " " + kind;
+  if (kept.empty()) text += " nothing";
+  return text + ", recomputes " + std::to_string(recomputed) + " ops";
 }
 
 std::string PlanDot(const gpipe::Manifest& m, const std::vector<double>& stage_costs) {
@@ -115,6 +135,7 @@ int Main(int argc, char** argv) {
   }
   // Optional: run once to learn the shapes (stages in order, no pipeline).
   std::vector<std::vector<c10::IValue>> outputs(m.stages.size());
+  std::vector<int64_t> saved_bytes(m.stages.size(), 0);  // selective: what forward keeps
   std::vector<c10::IValue> inputs;
   if (!sample_input.empty()) {
     torch::manual_seed(0);
@@ -127,7 +148,18 @@ int Main(int argc, char** argv) {
                                                                          : outputs[v.stage].at(v.index));
       }
       modules[s].eval();
-      outputs[s] = modules[s].forward(args).toTupleRef().elements().vec();
+      if (!modules[s].find_method(gpipe::kForwardSavingMethod)) {
+        outputs[s] = modules[s].forward(args).toTupleRef().elements().vec();
+        continue;
+      }
+      auto results =
+          modules[s].get_method(gpipe::kForwardSavingMethod)(args).toTupleRef().elements().vec();
+      for (size_t k = static_cast<size_t>(m.stages[s].num_outputs); k < results.size(); ++k) {
+        const at::Tensor& t = results[k].toTensor();
+        saved_bytes[s] += t.numel() * static_cast<int64_t>(t.element_size());
+      }
+      results.resize(static_cast<size_t>(m.stages[s].num_outputs));
+      outputs[s] = std::move(results);
     }
   }
   auto shape_of = [&](const gpipe::ValueSource& v) -> std::string {
@@ -163,6 +195,14 @@ int Main(int argc, char** argv) {
     for (int64_t k = 0; k < st.num_outputs; ++k) {
       gpipe::ValueSource self{gpipe::ValueSource::Origin::StageOutput, static_cast<int64_t>(s), k};
       std::printf("  out %lld%s\n", static_cast<long long>(k), shape_of(self).c_str());
+    }
+    if (modules[s].find_method(gpipe::kRecomputeMethod)) {
+      std::string kept = SelectivePlan(*modules[s].get_method(gpipe::kRecomputeMethod).graph());
+      if (!inputs.empty()) {
+        kept +=
+            ", " + gpipe::MiB(saved_bytes[s] / std::max<int64_t>(1, m.chunks)) + " per micro-batch";
+      }
+      std::printf("  selective: %s\n", kept.c_str());
     }
   }
   std::printf("skip routes (straight from producer to consumer, bypassing the stages between):\n");

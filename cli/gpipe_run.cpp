@@ -94,7 +94,7 @@ int Main(int argc, char** argv) {
        "--train: mse (against a fixed random target) or sum; with --data: cross_entropy (the default there), "
        "nll, mse, bce_with_logits or model (the model returns its loss)")
       ("chunks", po::value(&chunks)->default_value(0), "micro-batches (0 = as compiled)")
-      ("checkpoint", po::value(&checkpoint), "always, except_last or never (default: as compiled)")
+      ("checkpoint", po::value(&checkpoint), "always, except_last, never or selective (default: as compiled)")
       ("schedule", po::value(&schedule),
        "--train: the order of work: gpipe, 1f1b, interleaved-1f1b, zb-h1, or a CSV file of "
        "actions per worker as PyTorch writes them, e.g. plan.csv (default: as compiled)")

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "compiler/stage_module.h"
+#include "passes/choose_saved_values.h"
 #include "passes/split_stages.h"
 #include "runtime/schedule_validate.h"
 #include "runtime/stage.h"
@@ -56,6 +57,23 @@ std::vector<ForwardArgument> ArgumentsWithSamples(std::vector<ForwardArgument> a
   return arguments;
 }
 
+// Which of stage s's graph inputs are weights: its attributes, and a tied
+// weight another stage owns and routes to it (that stage returns its input).
+std::vector<bool> WeightInputs(const SplitResult& split, size_t s) {
+  const StageGraph& stage = split.stages[s];
+  std::vector<bool> weights(stage.graph->inputs().size(), true);
+  for (size_t k = 0; k < stage.activation_inputs.size(); ++k) {
+    const ValueRef& ref = stage.activation_inputs[k];
+    weights[k] = false;
+    if (ref.origin != ValueRef::Origin::StageOutput) continue;
+    const StageGraph& producer = split.stages[ref.stage];
+    const torch::jit::Value* routed = producer.graph->outputs()[0]->node()->input(ref.index);
+    weights[k] = routed->node()->kind() == c10::prim::Param &&
+                 routed->offset() >= producer.activation_inputs.size();
+  }
+  return weights;
+}
+
 }  // namespace
 
 BuiltPipeline BuildPipeline(const LoweredProgram& program, const StagePlan& plan,
@@ -85,7 +103,12 @@ BuiltPipeline BuildPipeline(const LoweredProgram& program, const StagePlan& plan
   for (const auto& ref : split.model_outputs) manifest.outputs.push_back(ToSource(ref));
   size_t unit = 0;
   for (size_t s = 0; s < num_stages; ++s) {
-    BuiltStage stage = BuildStageModule(split.stages[s], lowered.attributes, s, program.deferred);
+    // Every artifact carries a recompute plan, so any can run --checkpoint selective.
+    const StageGraph& graph = split.stages[s];
+    RecomputeGraphs recompute =
+        SplitForRecompute(graph.graph, graph.activation_inputs.size(),
+                          ChooseSelectiveSaves(graph.graph, WeightInputs(split, s)));
+    BuiltStage stage = BuildStageModule(graph, lowered.attributes, s, program.deferred, &recompute);
     StageEntry entry;
     entry.file = "stage_" + std::to_string(s) + ".pt";
     entry.device = devices[s];

@@ -6,6 +6,8 @@
 #include <torch/csrc/jit/api/compilation_unit.h>
 #include <torch/csrc/jit/ir/alias_analysis.h>
 
+#include "runtime/stage.h"
+
 namespace gpipe {
 namespace {
 
@@ -59,10 +61,31 @@ std::string CommitSource(const std::vector<DeferredBatchNorm>& deferred,
   return "def gpipe_commit_batch_norm(self):\n" + body + "    return None\n";
 }
 
+// A copy of `graph` as a method of `m`: `self` first, and each input after
+// the first `leading_inputs` (an attribute) read from self instead.
+std::shared_ptr<torch::jit::Graph> ReadAttributesFromSelf(
+    const std::shared_ptr<torch::jit::Graph>& original, const torch::jit::Module& m,
+    size_t leading_inputs, const std::vector<std::string>& attribute_names) {
+  auto graph = original->copy();
+  torch::jit::Value* self = graph->insertInput(0, "self")->setType(m._ivalue()->type());
+  const size_t first_attribute = 1 + leading_inputs;
+  TORCH_INTERNAL_ASSERT(graph->inputs().size() == first_attribute + attribute_names.size());
+  {
+    torch::jit::WithInsertPoint at_start(graph->block()->nodes().front());
+    for (size_t k = 0; k < attribute_names.size(); ++k) {
+      torch::jit::Value* read = graph->insertGetAttr(self, attribute_names[k]);
+      graph->inputs()[first_attribute + k]->replaceAllUsesWith(read);
+    }
+  }
+  for (size_t k = attribute_names.size(); k > 0; --k) graph->eraseInput(first_attribute + k - 1);
+  return graph;
+}
+
 }  // namespace
 
 BuiltStage BuildStageModule(const StageGraph& stage, const std::vector<LiftedAttribute>& attributes,
-                            size_t stage_index, const std::vector<DeferredBatchNorm>& deferred) {
+                            size_t stage_index, const std::vector<DeferredBatchNorm>& deferred,
+                            const RecomputeGraphs* recompute) {
   auto cu = std::make_shared<torch::jit::CompilationUnit>();
   BuiltStage built;
   built.module = torch::jit::Module(
@@ -77,34 +100,35 @@ BuiltStage BuildStageModule(const StageGraph& stage, const std::vector<LiftedAtt
       if (aliases.hasWriters(stage.graph->inputs()[k])) built.mutated_inputs.push_back(static_cast<int64_t>(k));
     }
   }
-  auto graph = stage.graph->copy();
-  torch::jit::Value* self = graph->insertInput(0, "self")->setType(m._ivalue()->type());
-  const size_t first_attribute = 1 + stage.activation_inputs.size();
   bool training = true;
   for (const auto& a : attributes) {
     if (a.kind == LiftedAttribute::Kind::TrainingFlag) training = a.value.toBool();
   }
   m.register_attribute("training", c10::BoolType::get(), training);
-  {
-    torch::jit::WithInsertPoint at_start(graph->block()->nodes().front());
-    for (size_t k = 0; k < stage.attribute_inputs.size(); ++k) {
-      const LiftedAttribute& a = attributes.at(stage.attribute_inputs[k]);
-      std::string name = "training";
-      if (a.kind != LiftedAttribute::Kind::TrainingFlag) {
-        name = AttributeName(stage.attribute_inputs[k], a.name);
-        bool is_buffer = a.kind == LiftedAttribute::Kind::Buffer;
-        m.register_parameter(name, a.value.toTensor(), is_buffer);
-        built.parameters.push_back({name, a.name, is_buffer});
-      }
-      torch::jit::Value* read = graph->insertGetAttr(self, name);
-      graph->inputs()[first_attribute + k]->replaceAllUsesWith(read);
+  std::vector<std::string> attribute_names;  // of each attribute input
+  for (size_t index : stage.attribute_inputs) {
+    const LiftedAttribute& a = attributes.at(index);
+    if (a.kind == LiftedAttribute::Kind::TrainingFlag) {
+      attribute_names.push_back("training");
+      continue;
     }
+    attribute_names.push_back(AttributeName(index, a.name));
+    bool is_buffer = a.kind == LiftedAttribute::Kind::Buffer;
+    m.register_parameter(attribute_names.back(), a.value.toTensor(), is_buffer);
+    built.parameters.push_back({attribute_names.back(), a.name, is_buffer});
   }
-  for (size_t k = stage.attribute_inputs.size(); k > 0; --k) graph->eraseInput(first_attribute + k - 1);
-  built.uses_rng = UsesRng(graph->block());
-
-  auto fn = cu->create_function(c10::QualifiedName(*m.type()->name(), "forward"), graph);
-  m.type()->addMethod(fn);
+  const size_t activations = stage.activation_inputs.size();
+  auto add_method = [&](const std::string& name, const std::shared_ptr<torch::jit::Graph>& graph,
+                        size_t leading_inputs) {
+    auto method = ReadAttributesFromSelf(graph, m, leading_inputs, attribute_names);
+    m.type()->addMethod(cu->create_function(c10::QualifiedName(*m.type()->name(), name), method));
+    return method;
+  };
+  built.uses_rng = UsesRng(add_method("forward", stage.graph, activations)->block());
+  if (recompute) {
+    add_method(kForwardSavingMethod, recompute->forward_saving, activations);
+    add_method(kRecomputeMethod, recompute->recompute, activations + recompute->saved_kinds.size());
+  }
   std::string commit = CommitSource(deferred, attributes, stage.attribute_inputs, stage_index);
   if (!commit.empty()) m.define(commit);
   return built;

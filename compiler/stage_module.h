@@ -6,6 +6,7 @@
 
 #include "passes/defer_batch_norm.h"
 #include "passes/lift_attributes.h"
+#include "passes/split_for_recompute.h"
 #include "passes/split_stages.h"
 #include "runtime/manifest.h"
 
@@ -28,7 +29,11 @@ struct BuiltStage {
 // gets `gpipe_commit_batch_norm(self)`, which the runtime calls once per
 // training forward to fold the accumulated whole-batch statistics into the
 // running statistics (kCommitBatchNormMethod).
+//
+// With `recompute`, the module also gets the two methods of selective
+// checkpointing the runtime runs (kForwardSavingMethod, kRecomputeMethod).
 BuiltStage BuildStageModule(const StageGraph& stage, const std::vector<LiftedAttribute>& attributes,
-                            size_t stage_index, const std::vector<DeferredBatchNorm>& deferred = {});
+                            size_t stage_index, const std::vector<DeferredBatchNorm>& deferred = {},
+                            const RecomputeGraphs* recompute = nullptr);
 
 }  // namespace gpipe

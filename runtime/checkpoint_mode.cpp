@@ -8,8 +8,9 @@ CheckpointMode ParseCheckpointMode(const std::string& text) {
   if (text == "never") return CheckpointMode::Never;
   if (text == "except_last") return CheckpointMode::ExceptLast;
   if (text == "always") return CheckpointMode::Always;
+  if (text == "selective") return CheckpointMode::Selective;
   TORCH_CHECK(false, "unknown checkpoint mode '", text,
-              "'; use one of: always, except_last, never");
+              "'; use one of: always, except_last, never, selective");
 }
 
 std::string ToString(CheckpointMode mode) {
@@ -17,6 +18,8 @@ std::string ToString(CheckpointMode mode) {
     case CheckpointMode::Never: return "never";
     case CheckpointMode::ExceptLast: return "except_last";
     case CheckpointMode::Always: return "always";
+    case CheckpointMode::Selective:
+      return "selective";
   }
   TORCH_INTERNAL_ASSERT(false);
 }
@@ -26,6 +29,8 @@ bool IsCheckpointed(CheckpointMode mode, size_t micro_batch, size_t num_micro_ba
     case CheckpointMode::Never: return false;
     case CheckpointMode::ExceptLast: return micro_batch + 1 < num_micro_batches;
     case CheckpointMode::Always: return true;
+    case CheckpointMode::Selective:
+      return true;
   }
   TORCH_INTERNAL_ASSERT(false);
 }

@@ -10,6 +10,8 @@ enum class CheckpointMode {
   Never,       // keep every activation: fastest, most memory
   ExceptLast,  // recompute all but the last micro-batch, whose backward starts right away
   Always,      // recompute everything: least memory
+  Selective,   // every micro-batch keeps only its products with a weight and
+               // recomputes the rest (gpipe-compile's recompute plan per stage)
 };
 
 CheckpointMode ParseCheckpointMode(const std::string& text);  // throws naming the valid values

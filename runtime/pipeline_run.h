@@ -76,6 +76,7 @@ class PipelineRun {
     std::vector<bool> output_requires_grad;
     std::vector<at::Tensor> output_grads;
     bool checkpointed = false;
+    std::vector<c10::IValue> saved;  // selective: what the forward kept for the recompute
     RngState rng;  // generator state before the forward, for an exact recompute
     // Several processes: the rank handing this task the generator state and
     // the rank it hands it on to (nullopt: this rank, no message).

@@ -52,7 +52,13 @@ void PipelineRun::RunForwardTask(size_t i, size_t j) {
   if (slot.checkpointed) {
     if (stage.uses_rng) slot.rng = CaptureRngState(stage.device);
     at::NoGradGuard no_grad;
-    slot.outputs = stage.Run(slot.inputs);
+    if (core_->checkpoint == CheckpointMode::Selective) {
+      Stage::SavingRun run = stage.RunSaving(slot.inputs);
+      slot.outputs = std::move(run.outputs);
+      slot.saved = std::move(run.saved);
+    } else {
+      slot.outputs = stage.Run(slot.inputs);
+    }
     // Which outputs would carry gradient, had the forward recorded it.
     bool params_grad = false;
     for (const auto& p : stage.module.parameters()) params_grad = params_grad || p.requires_grad();
@@ -126,7 +132,8 @@ c10::Device PipelineRun::InputDevice(size_t k) const {
 }
 
 // Recomputes a checkpointed slot's graph, replaying the forward's random
-// draws. `buffers` restores the stage's buffers once the caller's backward is done.
+// draws: the whole stage, or (selective) all but the values its forward saved. `buffers` restores
+// the stage's buffers once the caller's backward is done.
 void PipelineRun::RecomputeIfCheckpointed(size_t i, size_t j,
                                           std::optional<BufferSnapshot>& buffers) {
   Slot& slot = slots_[i][j];
@@ -141,7 +148,12 @@ void PipelineRun::RecomputeIfCheckpointed(size_t i, size_t j,
   RecomputeScope recompute;
   at::AutoGradMode grad_mode(true);
   int64_t start = core_->trace.enabled() ? TaskTrace::NowNs() : 0;
-  slot.outputs = stage.Run(slot.inputs);
+  if (core_->checkpoint == CheckpointMode::Selective) {
+    slot.outputs = stage.Recompute(slot.inputs, slot.saved);
+    slot.saved.clear();  // the recompute's graph holds what backward needs of them
+  } else {
+    slot.outputs = stage.Run(slot.inputs);
+  }
   if (start != 0) {
     core_->trace.Record({j, i, TaskRecord::Phase::Recompute, *core_->worker_of_stage[j], start,
                          TaskTrace::NowNs()});

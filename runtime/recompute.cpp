@@ -2,6 +2,8 @@
 
 #include <torch/library.h>
 
+#include "runtime/saved_ops.h"
+
 namespace gpipe {
 namespace {
 thread_local bool recomputing = false;
@@ -26,4 +28,7 @@ BufferSnapshot::~BufferSnapshot() {
 
 }  // namespace gpipe
 
-TORCH_LIBRARY(gpipe, m) { m.def("is_recomputing() -> bool", &gpipe::is_recomputing); }
+TORCH_LIBRARY(gpipe, m) {
+  m.def("is_recomputing() -> bool", &gpipe::is_recomputing);
+  gpipe::DefineSavedOps(m);
+}

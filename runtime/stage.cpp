@@ -6,18 +6,53 @@
 
 namespace gpipe {
 
-std::vector<c10::IValue> Stage::Run(std::vector<c10::IValue> inputs) {
+std::vector<c10::IValue> Stage::RunMethod(const char* method, std::vector<c10::IValue> inputs,
+                                          size_t num_results) {
   for (int64_t k : mutated_inputs) {
     auto& v = inputs.at(static_cast<size_t>(k));
     if (v.isTensor() && v.toTensor().defined()) v = v.toTensor().clone();
   }
-  c10::IValue out = module.forward(std::move(inputs));
+  c10::IValue out = module.get_method(method)(std::move(inputs));
   TORCH_INTERNAL_ASSERT(out.isTuple(), "stage ", index, " must return a tuple");
   auto elements = out.toTupleRef().elements().vec();
-  TORCH_CHECK(static_cast<int64_t>(elements.size()) == num_outputs, "stage ", index, " returned ",
-              elements.size(), " values but the manifest says ", num_outputs,
+  TORCH_CHECK(elements.size() == num_results, "stage ", index, " returned ", elements.size(),
+              " values from ", method, " but the manifest says ", num_results,
               "; the artifact is inconsistent, compile it again");
   return elements;
+}
+
+std::vector<c10::IValue> Stage::Run(std::vector<c10::IValue> inputs) {
+  return RunMethod("forward", std::move(inputs), static_cast<size_t>(num_outputs));
+}
+
+bool Stage::HasRecomputePlan() const {
+  return module.find_method(kForwardSavingMethod).has_value() &&
+         module.find_method(kRecomputeMethod).has_value();
+}
+
+Stage::SavingRun Stage::RunSaving(std::vector<c10::IValue> inputs) {
+  // The saved values follow the outputs; how many, only the method knows.
+  const size_t num_results = module.get_method(kForwardSavingMethod)
+                                 .function()
+                                 .getSchema()
+                                 .returns()
+                                 .at(0)
+                                 .type()
+                                 ->expectRef<c10::TupleType>()
+                                 .elements()
+                                 .size();
+  auto results = RunMethod(kForwardSavingMethod, std::move(inputs), num_results);
+  SavingRun run;
+  run.saved.assign(results.begin() + num_outputs, results.end());
+  results.resize(static_cast<size_t>(num_outputs));
+  run.outputs = std::move(results);
+  return run;
+}
+
+std::vector<c10::IValue> Stage::Recompute(std::vector<c10::IValue> inputs,
+                                          const std::vector<c10::IValue>& saved) {
+  inputs.insert(inputs.end(), saved.begin(), saved.end());
+  return RunMethod(kRecomputeMethod, std::move(inputs), static_cast<size_t>(num_outputs));
 }
 
 c10::Device ParseDevice(const std::string& text) {

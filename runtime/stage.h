@@ -27,9 +27,27 @@ struct Stage {
   // Inputs listed in mutated_inputs are copied first, so that the caller's
   // tensors (autograd leaves, values kept for a recompute) stay as they were.
   std::vector<c10::IValue> Run(std::vector<c10::IValue> inputs);
+
+  // Selective checkpointing, from the two methods gpipe-compile's recompute
+  // plan adds (passes/split_for_recompute.h): a forward that also returns
+  // the values backward reads saved, and the recompute that reads them.
+  bool HasRecomputePlan() const;
+  struct SavingRun {
+    std::vector<c10::IValue> outputs;
+    std::vector<c10::IValue> saved;
+  };
+  SavingRun RunSaving(std::vector<c10::IValue> inputs);
+  std::vector<c10::IValue> Recompute(std::vector<c10::IValue> inputs,
+                                     const std::vector<c10::IValue>& saved);
+
+ private:
+  std::vector<c10::IValue> RunMethod(const char* method, std::vector<c10::IValue> inputs,
+                                     size_t num_results);
 };
 
 constexpr const char* kCommitBatchNormMethod = "gpipe_commit_batch_norm";
+constexpr const char* kForwardSavingMethod = "gpipe_forward_saving";
+constexpr const char* kRecomputeMethod = "gpipe_recompute";
 
 // Parses "cpu", "cuda", "cuda:1"; checks the device exists in this build.
 c10::Device ParseDevice(const std::string& text);

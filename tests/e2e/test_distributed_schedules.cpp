@@ -107,7 +107,8 @@ TEST(DistributedSchedules, EveryScheduleInTwoAndFourRanksGivesTheOneProcessGradi
       {"zb-h1", 1, {0, 1, 2, 3}},
   };
   for (const DistributedCase& c : cases) {
-    for (CheckpointMode mode : {CheckpointMode::Never, CheckpointMode::Always}) {
+    for (CheckpointMode mode :
+         {CheckpointMode::Never, CheckpointMode::Always, CheckpointMode::Selective}) {
       std::string label = c.schedule + " " + ToString(mode) + " on " +
                           std::to_string(c.ranks.back() + 1) + " ranks";
       StepResult one = TrainOnce(dir.path("m.gpipe"), c, mode, inputs, SquaresShare, false);

@@ -48,8 +48,8 @@ void ExpectEveryScheduleGivesTheOriginalsGradients(const std::string& model,
   TempDir dir;
   CompileModel(TestModel(model), dir.path("m.gpipe"), testing::Options(4, 4));
   for (const ScheduleCase& c : kSchedules) {
-    for (CheckpointMode mode :
-         {CheckpointMode::Never, CheckpointMode::ExceptLast, CheckpointMode::Always}) {
+    for (CheckpointMode mode : {CheckpointMode::Never, CheckpointMode::ExceptLast,
+                                CheckpointMode::Always, CheckpointMode::Selective}) {
       PipelineOptions options;
       options.schedule = c.schedule;
       options.virtual_stages = c.virtual_stages;
@@ -94,7 +94,8 @@ TEST(Schedules, DeferredBatchNormEndsWithGpipesStatisticsInEverySchedule) {
   at::manual_seed(4);
   at::Tensor x = at::randn({8, 3, 6, 6}) * 3 + 1;
   TempDir dir;
-  for (CheckpointMode mode : {CheckpointMode::Never, CheckpointMode::Always}) {
+  for (CheckpointMode mode :
+       {CheckpointMode::Never, CheckpointMode::Always, CheckpointMode::Selective}) {
     CompileOptions compile = testing::Options(2, 4, mode);
     compile.deferred_batch_norm = true;
     CompileModel(TestModel("conv_bn.pt"), dir.path("bn.gpipe"), compile);
