@@ -23,10 +23,11 @@ using torch::autograd::variable_list;
 at::Tensor Replay(const at::Tensor& saved) { return saved.detach(); }
 
 struct SavedLinear : torch::autograd::Function<SavedLinear> {
+  // `bias`: none or one tensor (autograd takes no undefined inputs).
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& saved, const at::Tensor& input,
-                            const at::Tensor& weight, const at::Tensor& bias) {
+                            const at::Tensor& weight, at::TensorList bias) {
     ctx->save_for_backward({input, weight});
-    ctx->saved_data["has_bias"] = bias.defined();
+    ctx->saved_data["has_bias"] = !bias.empty();
     return Replay(saved);
   }
 
@@ -40,9 +41,8 @@ struct SavedLinear : torch::autograd::Function<SavedLinear> {
     at::Tensor flat_grad = grad.reshape({-1, out});
     if (ctx->needs_input_grad(1)) grad_input = grad.matmul(weight);
     if (ctx->needs_input_grad(2)) grad_weight = flat_grad.t().mm(input.reshape({-1, in}));
-    if (ctx->needs_input_grad(3) && ctx->saved_data["has_bias"].toBool()) {
-      grad_bias = flat_grad.sum(0);
-    }
+    if (!ctx->saved_data["has_bias"].toBool()) return {at::Tensor(), grad_input, grad_weight};
+    if (ctx->needs_input_grad(3)) grad_bias = flat_grad.sum(0);
     return {at::Tensor(), grad_input, grad_weight, grad_bias};
   }
 };
@@ -91,11 +91,11 @@ struct SavedMatmul : torch::autograd::Function<SavedMatmul> {
 
 struct SavedConvolution : torch::autograd::Function<SavedConvolution> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& saved, const at::Tensor& input,
-                            const at::Tensor& weight, const at::Tensor& bias,
-                            std::vector<int64_t> stride, std::vector<int64_t> padding,
-                            std::vector<int64_t> dilation, int64_t groups) {
+                            const at::Tensor& weight, std::vector<int64_t> stride,
+                            std::vector<int64_t> padding, std::vector<int64_t> dilation,
+                            int64_t groups, at::TensorList bias) {  // bias last: none or one
     ctx->save_for_backward({input, weight});
-    ctx->saved_data["has_bias"] = bias.defined();
+    ctx->saved_data["has_bias"] = !bias.empty();
     ctx->saved_data["stride"] = stride;
     ctx->saved_data["padding"] = padding;
     ctx->saved_data["dilation"] = dilation;
@@ -124,16 +124,22 @@ struct SavedConvolution : torch::autograd::Function<SavedConvolution> {
         ctx->saved_data["groups"].toInt(),
         {ctx->needs_input_grad(1), ctx->needs_input_grad(2), has_bias && ctx->needs_input_grad(3)});
     if (unbatched && grad_input.defined()) grad_input = grad_input.squeeze(0);
-    return {at::Tensor(), grad_input, grad_weight, grad_bias, at::Tensor(), at::Tensor(),
-            at::Tensor(), at::Tensor()};
+    variable_list grads_out{at::Tensor(), grad_input, grad_weight, at::Tensor(),
+                            at::Tensor(),  at::Tensor(), at::Tensor()};
+    if (has_bias) grads_out.push_back(grad_bias);
+    return grads_out;
   }
 };
 
-at::Tensor OrUndefined(const c10::optional<at::Tensor>& t) { return t ? *t : at::Tensor(); }
+std::vector<at::Tensor> AsList(const c10::optional<at::Tensor>& t) {
+  if (t && t->defined()) return {*t};
+  return {};
+}
 
 at::Tensor SavedLinearOp(const at::Tensor& saved, const at::Tensor& input, const at::Tensor& weight,
                          const c10::optional<at::Tensor>& bias) {
-  return SavedLinear::apply(saved, input, weight, OrUndefined(bias));
+  std::vector<at::Tensor> bias_list = AsList(bias);
+  return SavedLinear::apply(saved, input, weight, at::TensorList(bias_list));
 }
 
 at::Tensor SavedMatmulOp(const at::Tensor& saved, const at::Tensor& a, const at::Tensor& b) {
@@ -144,8 +150,9 @@ at::Tensor SavedConvolutionOp(const at::Tensor& saved, const at::Tensor& input,
                               const at::Tensor& weight, const c10::optional<at::Tensor>& bias,
                               std::vector<int64_t> stride, std::vector<int64_t> padding,
                               std::vector<int64_t> dilation, int64_t groups) {
-  return SavedConvolution::apply(saved, input, weight, OrUndefined(bias), std::move(stride),
-                                 std::move(padding), std::move(dilation), groups);
+  std::vector<at::Tensor> bias_list = AsList(bias);
+  return SavedConvolution::apply(saved, input, weight, std::move(stride), std::move(padding),
+                                 std::move(dilation), groups, at::TensorList(bias_list));
 }
 
 }  // namespace

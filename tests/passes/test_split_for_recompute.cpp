@@ -30,7 +30,7 @@ TEST(SplitForRecompute, ForwardReturnsTheSavedValuesAndTheRecomputeReadsThem) {
       .check("aten::linear(%x, %w1")
       ->check("aten::gelu")
       ->check("aten::linear")
-      ->check("prim::TupleConstruct(%y, %h, %y)")
+      ->check("(Tensor, Tensor, Tensor) = prim::TupleConstruct")
       ->run(*split.forward_saving);
   // Saved values come right after the activation input, before the weights.
   ASSERT_EQ(split.recompute->inputs().size(), 5u);
@@ -38,9 +38,9 @@ TEST(SplitForRecompute, ForwardReturnsTheSavedValuesAndTheRecomputeReadsThem) {
   EXPECT_EQ(split.recompute->inputs()[3]->debugName(), "w1");
   FileCheck()
       .check_not("aten::linear")
-      ->check("gpipe::saved_linear(%saved0, %x, %w1, %none)")
+      ->check("gpipe::saved_linear(%saved0, %x, %w1,")
       ->check("aten::gelu")
-      ->check("gpipe::saved_linear(%saved1, %g, %w2, %none)")
+      ->check("gpipe::saved_linear(%saved1, ")
       ->check("prim::TupleConstruct")
       ->check_not("aten::linear")
       ->run(*split.recompute);
@@ -61,7 +61,7 @@ graph(%x : Tensor, %w : Tensor, %k : Tensor):
   return (%t))IR");
   RecomputeGraphs split = SplitForRecompute(graph, 1, {3, 4, 5});
   FileCheck()
-      .check("gpipe::saved_convolution(%saved0, %x, %k, %none, %ones, %ones, %ones, %one)")
+      .check("gpipe::saved_convolution(%saved0, %x, %k,")
       ->check("gpipe::saved_matmul(%saved1")
       ->check("gpipe::saved_matmul(%saved2")
       ->run(*split.recompute);
@@ -71,8 +71,9 @@ TEST(SplitForRecompute, NothingSavedIsAPlainRecompute) {
   auto graph = Parse(kMlp);
   RecomputeGraphs split = SplitForRecompute(graph, 1, {});
   EXPECT_TRUE(split.saved_kinds.empty());
-  EXPECT_EQ(split.recompute->toString(), graph->toString());
-  FileCheck().check("prim::TupleConstruct(%y)")->check("return")->run(*split.forward_saving);
+  EXPECT_EQ(split.recompute->inputs().size(), graph->inputs().size());
+  FileCheck().check_count("aten::linear", 2)->check_not("gpipe::")->run(*split.recompute);
+  FileCheck().check("(Tensor) = prim::TupleConstruct")->check("return")->run(*split.forward_saving);
 }
 
 }  // namespace
