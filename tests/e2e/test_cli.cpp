@@ -120,7 +120,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"TruncatedModel", "gpipe-compile", TestModel("truncated.pt") + " -o OUT", 1,
                  "truncated.pt' as a TorchScript model"},
         BadInput{"BadCheckpoint", "gpipe-compile", kMlp + " -o OUT --checkpoint sometimes", 1,
-                 "unknown checkpoint mode 'sometimes'; use one of: always, except_last, never"},
+                 "unknown checkpoint mode 'sometimes'; use one of: always, except_last, never, selective"},
         BadInput{"DeviceCount", "gpipe-compile", kMlp + " -o OUT --stages 2 --devices cpu", 1,
                  "--devices lists 1 devices but there are 2 stages"},
         BadInput{"NoCuda", "gpipe-compile", kMlp + " -o OUT --stages 2 --devices cpu,cuda:3", 1,
