@@ -12,6 +12,7 @@
 
 #include "cli/cli_main.h"
 #include "runtime/artifact.h"
+#include "runtime/recompute.h"
 #include "runtime/sample_input.h"
 #include "runtime/schedule_csv.h"
 #include "runtime/schedule_ir.h"
@@ -126,6 +127,8 @@ int Main(int argc, char** argv) {
   if (artifact.empty()) throw po::error("the artifact file is missing");
   if (!svg_path.empty() && dot_path.empty()) dot_path = svg_path + ".dot";
 
+  // Stage modules call the runtime's `gpipe::` ops: this links their registration in.
+  (void)gpipe::is_recomputing();
   gpipe::ArtifactReader reader(artifact);
   const gpipe::Manifest& m = reader.manifest();
   std::vector<torch::jit::Module> modules;

@@ -189,6 +189,9 @@ TEST(Cli, InspectShowsTheUNetSkipRoutesWithShapes) {
   EXPECT_OUTPUT_HAS(result, "skip routes");
   EXPECT_OUTPUT_HAS(result, "stage 0 out 1 -> stage 2 in 1 [2, 8, 8, 8]");
   EXPECT_OUTPUT_HAS(result, "stage 0 out 2 -> stage 2 in 2 [2, 4, 16, 16]");
+  // Each stage's selective checkpointing plan: its convolutions kept.
+  EXPECT_OUTPUT_HAS(result, "  selective: keeps ");
+  EXPECT_OUTPUT_HAS(result, " convolution, recomputes ");
 }
 
 TEST(Cli, InspectPrintsAScheduleTableAndRefusesOneThatDoesNotFit) {
