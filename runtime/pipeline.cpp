@@ -119,15 +119,6 @@ void GatherOnRankZero(PeerGroup& peers, const RankPlan& ranks, std::vector<Artif
   peers.WaitSends();
 }
 
-// Selective checkpointing runs the methods gpipe-compile adds since it has
-// it; an older artifact has none.
-void CheckRecomputePlan(CheckpointMode mode, const Stage& stage, const std::string& path) {
-  TORCH_CHECK(mode != CheckpointMode::Selective || stage.HasRecomputePlan(), "'", path,
-              "' has no recompute plan for checkpoint mode 'selective' (stage ", stage.index,
-              " was compiled by an older gpipe-compile); compile the model again, or use "
-              "always, except_last or never");
-}
-
 }  // namespace
 
 Pipeline::Pipeline(std::shared_ptr<PipelineCore> core) : core_(std::move(core)) {}
@@ -191,7 +182,7 @@ Pipeline Pipeline::load(const std::string& path, const PipelineOptions& options)
     stage.mutated_inputs = entry.mutated_inputs;
     stage.parameters = entry.parameters;
     stage.commits_batch_norm = stage.module.find_method(kCommitBatchNormMethod).has_value();
-    CheckRecomputePlan(core->checkpoint, stage, path);
+    stage.CheckRecomputePlan(core->checkpoint, path);
     core->stages.push_back(std::move(stage));
   }
   TORCH_CHECK(options.threads_per_stage >= -1, "threads per stage is ", options.threads_per_stage,
@@ -382,7 +373,7 @@ void Pipeline::set_chunks(int64_t chunks) {
 CheckpointMode Pipeline::checkpoint() const { return core_->checkpoint; }
 void Pipeline::set_checkpoint(CheckpointMode mode) {
   for (const Stage& stage : core_->stages) {
-    if (core_->ranks.IsLocal(stage.index)) CheckRecomputePlan(mode, stage, "this artifact");
+    if (core_->ranks.IsLocal(stage.index)) stage.CheckRecomputePlan(mode, "this artifact");
   }
   core_->checkpoint = mode;
 }

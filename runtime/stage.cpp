@@ -30,6 +30,13 @@ bool Stage::HasRecomputePlan() const {
          module.find_method(kRecomputeMethod).has_value();
 }
 
+void Stage::CheckRecomputePlan(CheckpointMode mode, const std::string& path) const {
+  TORCH_CHECK(mode != CheckpointMode::Selective || HasRecomputePlan(), "'", path,
+              "' has no recompute plan for checkpoint mode 'selective' (stage ", index,
+              " was compiled by an older gpipe-compile); compile the model again, or use "
+              "always, except_last or never");
+}
+
 Stage::SavingRun Stage::RunSaving(std::vector<c10::IValue> inputs) {
   // The saved values follow the outputs; how many, only the method knows.
   const size_t num_results = module.get_method(kForwardSavingMethod)

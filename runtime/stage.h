@@ -5,6 +5,7 @@
 
 #include <torch/script.h>
 
+#include "runtime/checkpoint_mode.h"
 #include "runtime/manifest.h"
 
 namespace gpipe {
@@ -32,6 +33,9 @@ struct Stage {
   // plan adds (passes/split_for_recompute.h): a forward that also returns
   // the values backward reads saved, and the recompute that reads them.
   bool HasRecomputePlan() const;
+  // Throws naming the fix when `mode` is selective and this stage, compiled
+  // by an older gpipe-compile, has no recompute plan.
+  void CheckRecomputePlan(CheckpointMode mode, const std::string& path) const;
   struct SavingRun {
     std::vector<c10::IValue> outputs;
     std::vector<c10::IValue> saved;
