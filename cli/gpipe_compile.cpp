@@ -91,13 +91,26 @@ void PrintLargestStage(const gpipe::CompileReport& report) {
               report.units_chosen ? "; units chosen for the stage count (--unit-depth D to fix the level)" : "");
 }
 
+// With --activation-budget: what each stage's plan keeps and recomputes.
+void PrintBudgetPlan(const gpipe::Manifest& m) {
+  if (!m.activation_budget_mib) return;
+  std::printf("activation budget %.1f MiB per stage and micro-batch:", *m.activation_budget_mib);
+  for (size_t s = 0; s < m.stages.size(); ++s) {
+    const auto& st = m.stages[s];
+    std::printf("%s stage %zu keeps %s, recomputes %.2f GFLOP of products", s ? ";" : "", s,
+                gpipe::MiB(st.planned_kept_bytes.value_or(0)).c_str(),
+                st.planned_recompute_flops.value_or(0) / 1e9);
+  }
+  std::printf("\n");
+}
+
 int Main(int argc, char** argv) {
   std::string model, output, balance, devices, ranks, checkpoint, sample_input, split_before, balance_by;
   std::string optimizer, unbatched_inputs;
   int64_t stages = 1, chunks = 1, profile_steps = 5, unit_depth = 0, calibrate = 2,
           virtual_stages = 1;
   std::string schedule;
-  double tolerance = 1e-5;
+  double tolerance = 1e-5, activation_budget = 0;
   po::options_description opts(
       "Usage: gpipe-compile MODEL.pt -o OUT.gpipe [options]\n"
       "Splits a TorchScript model into pipeline stages and writes a pipelined artifact.\n"
@@ -129,7 +142,11 @@ int Main(int argc, char** argv) {
        "--balance-by size: sgd, or adam to count its two state tensors per parameter")
       ("chunks", po::value(&chunks)->default_value(1), "micro-batches per mini-batch")
       ("checkpoint", po::value(&checkpoint)->default_value("except_last"),
-       "recomputation: always, except_last, never or selective (keep the products with a weight, recompute the rest)")
+       "recomputation: always, except_last, never, selective (keep the products with a weight, recompute the "
+       "rest) or budget (with --activation-budget)")
+      ("activation-budget", po::value(&activation_budget),
+       "MiB each stage may keep per micro-batch in flight: keep the products that spare the most "
+       "recompute within it (measured on --sample-input; implies --checkpoint budget)")
       ("schedule", po::value(&schedule)->default_value("gpipe"),
        "train_step's order of work, kept in the artifact: gpipe, 1f1b, interleaved-1f1b or zb-h1")
       ("virtual-stages", po::value(&virtual_stages)->default_value(1),
@@ -180,6 +197,15 @@ int Main(int argc, char** argv) {
   options.chunks = chunks;
   options.deferred_batch_norm = vm.count("deferred-batch-norm") > 0;
   options.checkpoint = gpipe::ParseCheckpointMode(checkpoint);
+  if (vm.count("activation-budget")) {
+    if (sample_input.empty()) {
+      throw po::error(
+          "--activation-budget needs --sample-input: what each stage keeps is measured on the "
+          "sample");
+    }
+    options.activation_budget_mib = activation_budget;
+    if (vm["checkpoint"].defaulted()) options.checkpoint = gpipe::CheckpointMode::Budget;
+  }
   options.schedule = schedule;
   options.virtual_stages = virtual_stages;
   if (vm.count("devices")) options.devices = gpipe::SplitList(devices);
@@ -200,6 +226,7 @@ int Main(int argc, char** argv) {
               gpipe::ToString(m.checkpoint).c_str());
   PrintPlan(report);
   PrintLargestStage(report);
+  PrintBudgetPlan(m);
   if (!report.specialized.empty()) {  // e.g. timm's ViT: attn_mask=None, is_causal=False
     std::string fixed;
     for (const auto& a : report.specialized) fixed += (fixed.empty() ? "" : ", ") + a;

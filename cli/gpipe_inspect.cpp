@@ -56,7 +56,7 @@ std::string CostText(const gpipe::Manifest& m, double cost) {
   return buffer;
 }
 
-// What --checkpoint selective keeps of a stage and what it recomputes, read
+// What --checkpoint selective (or budget) keeps of a stage and what it recomputes, read
 // from its recompute method: each gpipe::saved_* op stands for a kept product.
 std::string SelectivePlan(const torch::jit::Graph& recompute) {
   std::map<std::string, int> kept;
@@ -205,7 +205,17 @@ int Main(int argc, char** argv) {
         kept +=
             ", " + gpipe::MiB(saved_bytes[s] / std::max<int64_t>(1, m.chunks)) + " per micro-batch";
       }
-      std::printf("  selective: %s\n", kept.c_str());
+      if (st.planned_kept_bytes) {  // --activation-budget: its prediction from the compile-time
+                                    // sample
+        char predicted[96];
+        std::snprintf(predicted, sizeof predicted,
+                      "; predicted %s per micro-batch with outputs, %.2f GFLOP "
+                      "of products recomputed",
+                      gpipe::MiB(*st.planned_kept_bytes).c_str(),
+                      st.planned_recompute_flops.value_or(0) / 1e9);
+        kept += predicted;
+      }
+      std::printf("  %s: %s\n", m.activation_budget_mib ? "budget" : "selective", kept.c_str());
     }
   }
   std::printf("skip routes (straight from producer to consumer, bypassing the stages between):\n");

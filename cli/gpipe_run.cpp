@@ -67,6 +67,11 @@ void PrintMemory(size_t num_stages) {
   for (size_t s = 0; s < peaks.size(); ++s) line += " stage " + std::to_string(s) + " " + gpipe::MiB(peaks[s]) + ",";
   line += " all stages " + gpipe::MiB(gpipe::MemoryTracker::TotalPeakBytes());
   std::printf("%s\n", line.c_str());
+  line = "  kept per micro-batch (forward to backward):";
+  auto kept = gpipe::MemoryTracker::KeptPerMicroBatch(num_stages);
+  for (size_t s = 0; s < kept.size(); ++s)
+    line += (s ? ", stage " : " stage ") + std::to_string(s) + " " + gpipe::MiB(kept[s]);
+  std::printf("%s\n", line.c_str());
 }
 
 int Main(int argc, char** argv) {
@@ -94,7 +99,7 @@ int Main(int argc, char** argv) {
        "--train: mse (against a fixed random target) or sum; with --data: cross_entropy (the default there), "
        "nll, mse, bce_with_logits or model (the model returns its loss)")
       ("chunks", po::value(&chunks)->default_value(0), "micro-batches (0 = as compiled)")
-      ("checkpoint", po::value(&checkpoint), "always, except_last, never or selective (default: as compiled)")
+      ("checkpoint", po::value(&checkpoint), "always, except_last, never, selective or budget (default: as compiled)")
       ("schedule", po::value(&schedule),
        "--train: the order of work: gpipe, 1f1b, interleaved-1f1b, zb-h1, or a CSV file of "
        "actions per worker as PyTorch writes them, e.g. plan.csv (default: as compiled)")

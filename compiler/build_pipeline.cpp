@@ -1,12 +1,18 @@
 #include "compiler/build_pipeline.h"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 #include <sstream>
 
+#include <torch/utils.h>
+
+#include "compiler/activation_budget.h"
 #include "compiler/stage_module.h"
 #include "passes/choose_saved_values.h"
 #include "passes/split_stages.h"
+#include "runtime/microbatch.h"
+#include "runtime/sample_input.h"
 #include "runtime/schedule_validate.h"
 #include "runtime/stage.h"
 
@@ -74,6 +80,34 @@ std::vector<bool> WeightInputs(const SplitResult& split, size_t s) {
   return weights;
 }
 
+// --activation-budget: what each stage holds per micro-batch, measured on the
+// sample's first (largest) micro-batch; empty without a budget.
+std::vector<StageKeepCosts> MeasureForBudget(const LoweredProgram& program, const StagePlan& plan,
+                                             const SplitResult& split,
+                                             const CompileOptions& options,
+                                             const std::vector<ForwardArgument>& arguments) {
+  if (!options.activation_budget_mib) {
+    TORCH_CHECK(
+        options.checkpoint != CheckpointMode::Budget,
+        "--checkpoint budget needs --activation-budget MiB: the budget its recompute plan fits");
+    return {};
+  }
+  const double budget = *options.activation_budget_mib;
+  TORCH_CHECK(std::isfinite(budget) && budget > 0, "--activation-budget is ", budget,
+              "; give a positive number of MiB per stage and micro-batch");
+  TORCH_CHECK(
+      options.checkpoint != CheckpointMode::Selective,
+      "--checkpoint selective keeps the selective plan, which --activation-budget replaces; "
+      "give one of them");
+  TORCH_CHECK(!options.sample_inputs.empty(),
+              "--activation-budget needs --sample-input: what each "
+              "stage keeps is measured on the sample");
+  torch::manual_seed(0);
+  MicroBatches micro_batches =
+      Scatter(MakeSampleInputs(options.sample_inputs, arguments), options.chunks, arguments);
+  return MeasureKeepCosts(program.lowered, plan, split, micro_batches.inputs.at(0));
+}
+
 }  // namespace
 
 BuiltPipeline BuildPipeline(const LoweredProgram& program, const StagePlan& plan,
@@ -100,16 +134,29 @@ BuiltPipeline BuildPipeline(const LoweredProgram& program, const StagePlan& plan
   CheckScheduleFits(options.schedule, num_stages, static_cast<size_t>(options.chunks),
                     static_cast<size_t>(options.virtual_stages));
   manifest.deferred_batch_norm = !program.deferred.empty();
+  const std::vector<StageKeepCosts> keep_costs =
+      MeasureForBudget(program, plan, split, options, manifest.arguments);
+  manifest.activation_budget_mib = options.activation_budget_mib;
   for (const auto& ref : split.model_outputs) manifest.outputs.push_back(ToSource(ref));
   size_t unit = 0;
   for (size_t s = 0; s < num_stages; ++s) {
-    // Every artifact carries a recompute plan, so any can run --checkpoint selective.
+    // Every artifact carries a recompute plan, so any can run --checkpoint
+    // selective (or, compiled with a budget, --checkpoint budget).
     const StageGraph& graph = split.stages[s];
-    RecomputeGraphs recompute =
-        SplitForRecompute(graph.graph, graph.activation_inputs.size(),
-                          ChooseSelectiveSaves(graph.graph, WeightInputs(split, s)));
-    BuiltStage stage = BuildStageModule(graph, lowered.attributes, s, program.deferred, &recompute);
     StageEntry entry;
+    std::vector<size_t> saved_nodes;
+    if (keep_costs.empty()) {
+      saved_nodes = ChooseSelectiveSaves(graph.graph, WeightInputs(split, s));
+    } else {
+      const auto budget_bytes = static_cast<int64_t>(*options.activation_budget_mib * (1 << 20));
+      BudgetChoice choice = ChooseWithinBudget(keep_costs[s], budget_bytes, s);
+      saved_nodes = std::move(choice.saved_nodes);
+      entry.planned_kept_bytes = choice.kept_bytes;
+      entry.planned_recompute_flops = choice.recompute_flops;
+    }
+    RecomputeGraphs recompute =
+        SplitForRecompute(graph.graph, graph.activation_inputs.size(), saved_nodes);
+    BuiltStage stage = BuildStageModule(graph, lowered.attributes, s, program.deferred, &recompute);
     entry.file = "stage_" + std::to_string(s) + ".pt";
     entry.device = devices[s];
     if (!options.ranks.empty()) entry.rank = options.ranks[s];

@@ -23,6 +23,9 @@ struct CompileOptions {
   std::vector<std::string> split_before;  // submodule paths; when given, replaces `balance`
   int64_t chunks = 1;
   CheckpointMode checkpoint = CheckpointMode::ExceptLast;
+  // --activation-budget: MiB per stage and micro-batch in flight that each
+  // stage's recompute plan must fit (activation_budget.h); needs sample_inputs.
+  std::optional<double> activation_budget_mib;
   std::string schedule = "gpipe";  // kept in the manifest for train_step (schedule_ir.h)
   int64_t virtual_stages = 1;
   std::vector<std::string> devices;                // one per stage; empty = all "cpu"

@@ -61,6 +61,7 @@ StageMeasurements MeasureStages(const LoweredProgram& program, const StagePlan& 
   CompileOptions profiling = options;
   profiling.chunks = 1;
   profiling.checkpoint = CheckpointMode::Never;
+  profiling.activation_budget_mib.reset();  // the profile needs no recompute plan
   profiling.devices.clear();
   BuiltPipeline built = BuildPipeline(program, plan, profiling);
   ScratchDirectory scratch;

@@ -16,15 +16,15 @@ namespace gpipe {
 // [heads, T, T] tensors and cost little next to the projections.
 //
 // Returns the indices (in graph->nodes() order, top level only) of the
-// nodes whose single output the stage saves:
-//   aten::linear, aten::conv1d/2d/3d (integer padding)   always;
-//   aten::matmul, aten::mm, aten::bmm                     when one operand is a
+// nodes whose single output the stage saves, among SavableProducts
+// (replayable_products.h):
+//   aten::linear, aten::conv1d/2d/3d          always;
+//   aten::matmul, aten::mm, aten::bmm         when one operand is a
 //        weight: a graph input marked in `weight_inputs` (parameters, and tied
 //        weights routed from another stage), through view ops (t, transpose,
 //        view, reshape, permute, expand, contiguous).
-// A node whose output is written in place later (AliasDb) is never saved: the
-// recompute would apply the write a second time. Nodes inside blocks are
-// recomputed with their block. `weight_inputs` has one entry per graph input.
+// Nodes inside blocks are recomputed with their block. `weight_inputs` has
+// one entry per graph input.
 //
 //   graph(%x, %w1, %w2):                      saved: nodes 1 and 3
 //     %0 = aten::layer_norm(%x, ...)          (recomputed)
@@ -33,9 +33,5 @@ namespace gpipe {
 //     %3 = aten::linear(%2, %w2, %none)       (saved)
 std::vector<size_t> ChooseSelectiveSaves(const std::shared_ptr<torch::jit::Graph>& graph,
                                          const std::vector<bool>& weight_inputs);
-
-// True if `node` is a kind whose saved output the runtime can replay with
-// its own backward (the ops above); used by the budget policy too.
-bool IsReplayableProduct(const torch::jit::Node* node);
 
 }  // namespace gpipe

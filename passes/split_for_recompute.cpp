@@ -1,5 +1,7 @@
 #include "passes/split_for_recompute.h"
 
+#include "passes/replayable_products.h"
+
 namespace gpipe {
 namespace {
 
@@ -11,18 +13,6 @@ std::vector<Node*> TopLevelNodes(Graph& graph) {
   std::vector<Node*> nodes;
   for (Node* node : graph.nodes()) nodes.push_back(node);
   return nodes;
-}
-
-c10::Symbol ReplayKind(const Node* node) {
-  if (node->kind() == c10::aten::linear) return c10::Symbol::fromQualString("gpipe::saved_linear");
-  if (node->kind() == c10::aten::conv1d || node->kind() == c10::aten::conv2d ||
-      node->kind() == c10::aten::conv3d) {
-    return c10::Symbol::fromQualString("gpipe::saved_convolution");
-  }
-  TORCH_CHECK(node->kind() == c10::aten::matmul || node->kind() == c10::aten::mm ||
-                  node->kind() == c10::aten::bmm,
-              "SplitForRecompute: cannot save the output of ", node->kind().toQualString());
-  return c10::Symbol::fromQualString("gpipe::saved_matmul");
 }
 
 // The graph's one returned tuple, extended by `extra`.
@@ -64,7 +54,10 @@ RecomputeGraphs SplitForRecompute(const std::shared_ptr<Graph>& graph, size_t nu
                        ->setType(original->output()->type());
     std::vector<Value*> inputs{saved};
     inputs.insert(inputs.end(), original->inputs().begin(), original->inputs().end());
-    Node* replay = recompute.create(ReplayKind(original), inputs, 1);
+    std::optional<c10::Symbol> replay_op = ReplayOpOf(original);
+    TORCH_CHECK(replay_op, "SplitForRecompute: cannot save the output of ",
+                original->kind().toQualString());
+    Node* replay = recompute.create(*replay_op, inputs, 1);
     replay->output()->setType(original->output()->type());
     replay->insertBefore(original);
     original->output()->replaceAllUsesWith(replay->output());

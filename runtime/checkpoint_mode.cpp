@@ -9,8 +9,9 @@ CheckpointMode ParseCheckpointMode(const std::string& text) {
   if (text == "except_last") return CheckpointMode::ExceptLast;
   if (text == "always") return CheckpointMode::Always;
   if (text == "selective") return CheckpointMode::Selective;
+  if (text == "budget") return CheckpointMode::Budget;
   TORCH_CHECK(false, "unknown checkpoint mode '", text,
-              "'; use one of: always, except_last, never, selective");
+              "'; use one of: always, budget, except_last, never, selective");
 }
 
 std::string ToString(CheckpointMode mode) {
@@ -20,6 +21,8 @@ std::string ToString(CheckpointMode mode) {
     case CheckpointMode::Always: return "always";
     case CheckpointMode::Selective:
       return "selective";
+    case CheckpointMode::Budget:
+      return "budget";
   }
   TORCH_INTERNAL_ASSERT(false);
 }
@@ -30,9 +33,14 @@ bool IsCheckpointed(CheckpointMode mode, size_t micro_batch, size_t num_micro_ba
     case CheckpointMode::ExceptLast: return micro_batch + 1 < num_micro_batches;
     case CheckpointMode::Always: return true;
     case CheckpointMode::Selective:
+    case CheckpointMode::Budget:
       return true;
   }
   TORCH_INTERNAL_ASSERT(false);
+}
+
+bool RunsRecomputePlan(CheckpointMode mode) {
+  return mode == CheckpointMode::Selective || mode == CheckpointMode::Budget;
 }
 
 }  // namespace gpipe

@@ -12,6 +12,8 @@ enum class CheckpointMode {
   Always,      // recompute everything: least memory
   Selective,   // every micro-batch keeps only its products with a weight and
                // recomputes the rest (gpipe-compile's recompute plan per stage)
+  Budget,      // as Selective, with the products gpipe-compile --activation-budget
+               // chose to fit each stage's per-micro-batch budget
 };
 
 CheckpointMode ParseCheckpointMode(const std::string& text);  // throws naming the valid values
@@ -19,5 +21,9 @@ std::string ToString(CheckpointMode mode);
 
 // True if micro-batch `micro_batch` of `num_micro_batches` is recomputed.
 bool IsCheckpointed(CheckpointMode mode, size_t micro_batch, size_t num_micro_batches);
+
+// True for the modes that run each stage's recompute plan (its saving forward
+// and recompute methods) rather than recomputing the whole stage.
+bool RunsRecomputePlan(CheckpointMode mode);
 
 }  // namespace gpipe

@@ -5,6 +5,7 @@
 #include "runtime/manifest.h"
 
 #include <cctype>
+#include <cmath>
 #include <type_traits>
 
 #include <nlohmann/json.hpp>
@@ -126,6 +127,8 @@ std::string ManifestToJson(const Manifest& m) {
                   {"mutated_inputs", s.mutated_inputs},
                   {"parameters", params}};
     if (s.rank >= 0) stage["rank"] = s.rank;
+    if (s.planned_kept_bytes) stage["planned_kept_bytes"] = *s.planned_kept_bytes;
+    if (s.planned_recompute_flops) stage["planned_recompute_flops"] = *s.planned_recompute_flops;
     stages.push_back(std::move(stage));
   }
   json outputs = json::array();
@@ -145,6 +148,7 @@ std::string ManifestToJson(const Manifest& m) {
             {"balance",
              {{"method", m.balance_method}, {"units", m.unit_names}, {"unit_costs", m.unit_costs}}},
             {"stages", stages}};
+  if (m.activation_budget_mib) j["activation_budget_mib"] = *m.activation_budget_mib;
   return j.dump(2) + "\n";
 }
 
@@ -186,6 +190,9 @@ Manifest ParseManifest(const std::string& text) {
   m.deferred_batch_norm = OptionalField<bool>(j, "deferred_batch_norm", "the manifest", false);
   m.schedule = OptionalField<std::string>(j, "schedule", "the manifest", "gpipe");
   m.virtual_stages = OptionalField<int64_t>(j, "virtual_stages", "the manifest", 1);
+  if (j.contains("activation_budget_mib")) {
+    m.activation_budget_mib = Field<double>(j, "activation_budget_mib", "the manifest");
+  }
   if (j.contains("balance")) {
     const json& b = j["balance"];
     m.balance_method = Field<std::string>(b, "method", "the manifest's balance");
@@ -211,6 +218,12 @@ Manifest ParseManifest(const std::string& text) {
     st.rank = OptionalField<int64_t>(js, "rank", where, -1);
     TORCH_CHECK(!js.contains("rank") || st.rank >= 0, "manifest: ", where, " has rank ", st.rank,
                 "; a rank is a non-negative integer");
+    if (js.contains("planned_kept_bytes")) {
+      st.planned_kept_bytes = Field<int64_t>(js, "planned_kept_bytes", where);
+    }
+    if (js.contains("planned_recompute_flops")) {
+      st.planned_recompute_flops = Field<double>(js, "planned_recompute_flops", where);
+    }
     for (const auto& p : ArrayField(js, "parameters", where)) {
       ParameterEntry e;
       e.name = Field<std::string>(p, "name", "a parameter of " + where);
@@ -234,6 +247,9 @@ void ValidateManifest(const Manifest& m) {
               "; it must be at least 1");
   TORCH_CHECK(m.arguments.size() == m.input_names.size(), "manifest: ", m.arguments.size(),
               " arguments for ", m.input_names.size(), " inputs");
+  TORCH_CHECK(!m.activation_budget_mib ||
+                  (std::isfinite(*m.activation_budget_mib) && *m.activation_budget_mib > 0),
+              "manifest: activation_budget_mib must be a positive number of MiB");
   const auto num_stages = static_cast<int64_t>(m.stages.size());
   for (int64_t s = 0; s < num_stages; ++s) {
     const auto& st = m.stages[s];
@@ -241,6 +257,10 @@ void ValidateManifest(const Manifest& m) {
     TORCH_CHECK(SafeRecordName(st.file), "manifest: ", where, " names the file '", st.file,
                 "', which is not a plain file name inside the artifact");
     TORCH_CHECK(st.num_outputs >= 0, "manifest: ", where, " has a negative output count");
+    TORCH_CHECK(st.planned_kept_bytes.value_or(0) >= 0 &&
+                    std::isfinite(st.planned_recompute_flops.value_or(0)) &&
+                    st.planned_recompute_flops.value_or(0) >= 0,
+                "manifest: ", where, " has a negative or non-finite recompute plan estimate");
     for (const auto& v : st.inputs) CheckSource(v, m, s, "an input of " + where);
     for (int64_t k : st.mutated_inputs) {
       TORCH_CHECK(k >= 0 && k < static_cast<int64_t>(st.inputs.size()), "manifest: ", where,

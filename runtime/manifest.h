@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,11 @@ struct StageEntry {
   std::vector<int64_t> mutated_inputs;  // inputs the stage writes to in place: passed as copies
   int64_t rank = -1;  // process running the stage with --distributed (-1: one stage per rank)
   std::vector<ParameterEntry> parameters;
+  // With --activation-budget: what the stage's recompute plan keeps per
+  // micro-batch (its outputs and saved products) and the product FLOPs it
+  // recomputes, measured on the compile-time sample.
+  std::optional<int64_t> planned_kept_bytes;
+  std::optional<double> planned_recompute_flops;
 };
 
 struct Manifest {
@@ -56,6 +62,10 @@ struct Manifest {
   std::string schedule = "gpipe";
   int64_t virtual_stages = 1;
   bool deferred_batch_norm = false;  // stages commit batch-norm statistics once per mini-batch
+  // Which products each stage's recompute plan keeps: absent, the selective
+  // policy's (products with a weight); present, the ones chosen to fit this
+  // many MiB per stage and micro-batch in flight (gpipe-compile --activation-budget).
+  std::optional<double> activation_budget_mib;
   std::vector<StageEntry> stages;
   // How the cuts were chosen: "units" (--stages/--balance), "split-before",
   // "time" or "size" (profiled), with every unit's name and, when profiled,

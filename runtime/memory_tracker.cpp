@@ -19,6 +19,7 @@ struct Counter {
   std::atomic<int64_t> current{0};
   std::atomic<int64_t> peak{0};
   std::atomic<int64_t> baseline{0};  // live bytes at the last ResetPeaks
+  std::atomic<int64_t> kept{0};      // the most one forward task left live, since ResetPeaks
 };
 std::array<Counter, kMaxStages> counters;
 Counter total;  // all stages together: their peaks need not coincide
@@ -129,7 +130,26 @@ void MemoryTracker::ResetPeaks() {
   for (Counter* c : AllCounters()) {
     c->baseline = c->current.load();
     c->peak = c->baseline.load();
+    c->kept = 0;
   }
+}
+
+MemoryTracker::ForwardScope::ForwardScope(size_t stage)
+    : stage_(stage), before_(installed ? counters.at(stage).current.load() : 0) {}
+
+MemoryTracker::ForwardScope::~ForwardScope() {
+  if (!installed) return;
+  Counter& c = counters.at(stage_);
+  const int64_t left = c.current.load() - before_;
+  int64_t kept = c.kept.load();
+  while (left > kept && !c.kept.compare_exchange_weak(kept, left)) {
+  }
+}
+
+std::vector<int64_t> MemoryTracker::KeptPerMicroBatch(size_t num_stages) {
+  std::vector<int64_t> out;
+  for (size_t s = 0; s < num_stages && s < kMaxStages; ++s) out.push_back(counters[s].kept.load());
+  return out;
 }
 
 int64_t MemoryTracker::TotalPeakBytes() { return total.peak - total.baseline; }

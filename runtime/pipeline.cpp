@@ -182,6 +182,7 @@ Pipeline Pipeline::load(const std::string& path, const PipelineOptions& options)
     stage.mutated_inputs = entry.mutated_inputs;
     stage.parameters = entry.parameters;
     stage.commits_batch_norm = stage.module.find_method(kCommitBatchNormMethod).has_value();
+    stage.plan_budget_mib = manifest.activation_budget_mib;
     stage.CheckRecomputePlan(core->checkpoint, path);
     core->stages.push_back(std::move(stage));
   }

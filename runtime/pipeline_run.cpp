@@ -219,7 +219,10 @@ void PipelineRun::RunAction(const Action& action, std::optional<uint64_t> ticket
   if (action.kind == ActionKind::kForward) {
     Slot& slot = slots_[i][j];
     if (slot.rng_from) ReceiveRngState(*slot.rng_from, slot.rng_hop);
-    RunForwardTask(i, j);
+    {
+      MemoryTracker::ForwardScope kept(j);
+      RunForwardTask(i, j);
+    }
     if (loss_ && j == loss_stage_) {
       try {
         RunLoss(i);  // it may draw too: inside this task's turn, before the state moves on

@@ -52,7 +52,7 @@ void PipelineRun::RunForwardTask(size_t i, size_t j) {
   if (slot.checkpointed) {
     if (stage.uses_rng) slot.rng = CaptureRngState(stage.device);
     at::NoGradGuard no_grad;
-    if (core_->checkpoint == CheckpointMode::Selective) {
+    if (RunsRecomputePlan(core_->checkpoint)) {
       Stage::SavingRun run = stage.RunSaving(slot.inputs);
       slot.outputs = std::move(run.outputs);
       slot.saved = std::move(run.saved);
@@ -148,7 +148,7 @@ void PipelineRun::RecomputeIfCheckpointed(size_t i, size_t j,
   RecomputeScope recompute;
   at::AutoGradMode grad_mode(true);
   int64_t start = core_->trace.enabled() ? TaskTrace::NowNs() : 0;
-  if (core_->checkpoint == CheckpointMode::Selective) {
+  if (RunsRecomputePlan(core_->checkpoint)) {
     slot.outputs = stage.Recompute(slot.inputs, slot.saved);
     slot.saved.clear();  // the recompute's graph holds what backward needs of them
   } else {

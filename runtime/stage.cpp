@@ -31,10 +31,20 @@ bool Stage::HasRecomputePlan() const {
 }
 
 void Stage::CheckRecomputePlan(CheckpointMode mode, const std::string& path) const {
-  TORCH_CHECK(mode != CheckpointMode::Selective || HasRecomputePlan(), "'", path,
-              "' has no recompute plan for checkpoint mode 'selective' (stage ", index,
+  if (!RunsRecomputePlan(mode)) return;
+  TORCH_CHECK(HasRecomputePlan(), "'", path, "' has no recompute plan for checkpoint mode '",
+              ToString(mode), "' (stage ", index,
               " was compiled by an older gpipe-compile); compile the model again, or use "
               "always, except_last or never");
+  TORCH_CHECK(mode != CheckpointMode::Budget || plan_budget_mib,
+              "checkpoint mode 'budget' needs an "
+              "artifact compiled with --activation-budget MiB, and '",
+              path,
+              "' keeps the selective plan; compile it with --activation-budget, or use selective");
+  TORCH_CHECK(mode != CheckpointMode::Selective || !plan_budget_mib, "'", path,
+              "' was compiled with --activation-budget ", *plan_budget_mib,
+              " MiB, so its recompute plan is the budget's; use checkpoint mode budget, or compile "
+              "without --activation-budget for selective");
 }
 
 Stage::SavingRun Stage::RunSaving(std::vector<c10::IValue> inputs) {

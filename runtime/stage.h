@@ -1,5 +1,6 @@
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,9 @@ struct Stage {
   std::vector<ParameterEntry> parameters;
   bool commits_batch_norm = false;  // has kCommitBatchNormMethod (deferred batch norm)
   std::vector<int64_t> mutated_inputs;  // written in place by forward: Run passes copies
+  // The budget its recompute plan was chosen for (manifest's activation_budget_mib);
+  // absent: the selective plan.
+  std::optional<double> plan_budget_mib;
 
   // Runs forward on one micro-batch; returns exactly num_outputs values.
   // Inputs listed in mutated_inputs are copied first, so that the caller's
@@ -33,8 +37,9 @@ struct Stage {
   // plan adds (passes/split_for_recompute.h): a forward that also returns
   // the values backward reads saved, and the recompute that reads them.
   bool HasRecomputePlan() const;
-  // Throws naming the fix when `mode` is selective and this stage, compiled
-  // by an older gpipe-compile, has no recompute plan.
+  // Throws naming the fix when `mode` runs the recompute plan and this stage,
+  // compiled by an older gpipe-compile, has none, or when the plan was made
+  // for the other policy (selective vs --activation-budget).
   void CheckRecomputePlan(CheckpointMode mode, const std::string& path) const;
   struct SavingRun {
     std::vector<c10::IValue> outputs;

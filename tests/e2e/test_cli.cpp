@@ -111,8 +111,10 @@ INSTANTIATE_TEST_SUITE_P(
                  "submodules); make it sum to 9 or use --stages N"},
         BadInput{"BalanceZero", "gpipe-compile", kMlp + " -o OUT --balance 4,0,5", 1,
                  "--balance gives stage 1 0 units; every stage needs at least 1"},
-        BadInput{"TooManyStages", "gpipe-compile", kMlp + " -o OUT --stages 10", 1,
-                 "--stages 10 asks for more stages than the model has units: 9 (0, 1, 2, 3, 4, 5, 6, 7, 8), the submodule calls that cuts can fall between; use --stages 9 or fewer"},
+        BadInput{
+            "TooManyStages", "gpipe-compile", kMlp + " -o OUT --stages 10", 1,
+            "--stages 10 asks for more stages than the model has units: 9 (0, 1, 2, 3, 4, 5, 6, 7, "
+            "8), the submodule calls that cuts can fall between; use --stages 9 or fewer"},
         BadInput{"MissingModel", "gpipe-compile", TestModel("nope.pt") + " -o OUT", 1,
                  "nope.pt' does not exist; export one with torch.jit.script(model).save("},
         BadInput{"CorruptModel", "gpipe-compile", TestModel("not_a_model.pt") + " -o OUT", 1,
@@ -120,7 +122,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"TruncatedModel", "gpipe-compile", TestModel("truncated.pt") + " -o OUT", 1,
                  "truncated.pt' as a TorchScript model"},
         BadInput{"BadCheckpoint", "gpipe-compile", kMlp + " -o OUT --checkpoint sometimes", 1,
-                 "unknown checkpoint mode 'sometimes'; use one of: always, except_last, never, selective"},
+                 "unknown checkpoint mode 'sometimes'; use one of: always, budget, except_last, "
+                 "never, selective"},
         BadInput{"DeviceCount", "gpipe-compile", kMlp + " -o OUT --stages 2 --devices cpu", 1,
                  "--devices lists 1 devices but there are 2 stages"},
         BadInput{"NoCuda", "gpipe-compile", kMlp + " -o OUT --stages 2 --devices cpu,cuda:3", 1,
@@ -129,11 +132,12 @@ INSTANTIATE_TEST_SUITE_P(
                  "--verify needs --sample-input; see gpipe-compile --help"},
         BadInput{"UnknownOption", "gpipe-compile", kMlp + " -o OUT --stagez 2", 2,
                  "unrecognised option '--stagez'"},
-        BadInput{"MissingArtifact", "gpipe-run", TestModel("nope.gpipe") + " --sample-input 4x16", 1,
-                 "nope.gpipe' does not exist; create it with gpipe-compile"},
+        BadInput{"MissingArtifact", "gpipe-run", TestModel("nope.gpipe") + " --sample-input 4x16",
+                 1, "nope.gpipe' does not exist; create it with gpipe-compile"},
         BadInput{"ModelIsNotArtifact", "gpipe-run", kMlp + " --sample-input 4x16", 1,
                  "has no manifest.json, so it is not a gpipe artifact"},
-        BadInput{"TextIsNotArtifact", "gpipe-run", TestModel("not_a_model.pt") + " --sample-input 4x16", 1,
+        BadInput{"TextIsNotArtifact", "gpipe-run",
+                 TestModel("not_a_model.pt") + " --sample-input 4x16", 1,
                  "is not a gpipe artifact (not a readable zip archive"},
         BadInput{"BadShape", "gpipe-run", kMlp + " --sample-input 4xk", 1,
                  "input spec '4xk': dimension 'k' is not a positive integer"}),
@@ -192,6 +196,40 @@ TEST(Cli, InspectShowsTheUNetSkipRoutesWithShapes) {
   // Each stage's selective checkpointing plan: its convolutions kept.
   EXPECT_OUTPUT_HAS(result, "  selective: keeps ");
   EXPECT_OUTPUT_HAS(result, " convolution, recomputes ");
+}
+
+// --activation-budget: the compile prints each stage's plan, gpipe-inspect its
+// prediction, gpipe-run runs it and refuses selective on it with the fix.
+TEST(Cli, AnActivationBudgetIsPlannedShownAndRun) {
+  TempDir dir;
+  const std::string art = dir.path("g.gpipe");
+  auto refused =
+      RunCli("gpipe-compile", TestModel("gpt.pt") + " -o " + art + " --activation-budget 1");
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_OUTPUT_HAS(refused,
+                    "gpipe-compile: --activation-budget needs --sample-input: what each stage "
+                    "keeps is measured on the sample; see gpipe-compile --help");
+  auto compiled = RunCli("gpipe-compile", TestModel("gpt.pt") + " -o " + art +
+                                              " --stages 2 --chunks 2 --activation-budget 0.5 "
+                                              "--sample-input 8x16:int64:50");
+  ASSERT_EQ(compiled.exit_code, 0) << compiled.output;
+  EXPECT_OUTPUT_HAS(compiled, "checkpoint budget");
+  EXPECT_OUTPUT_HAS(compiled,
+                    "activation budget 0.5 MiB per stage and micro-batch: stage 0 keeps ");
+  auto inspected = RunCli("gpipe-inspect", art);
+  EXPECT_OUTPUT_HAS(inspected, "  budget: keeps ");
+  EXPECT_OUTPUT_HAS(inspected, " per micro-batch with outputs, ");
+  auto ran =
+      RunCli("gpipe-run", art + " --train --steps 2 --sample-input 8x16:int64:50 --loss sum");
+  EXPECT_EQ(ran.exit_code, 0) << ran.output;
+  auto selective = RunCli(
+      "gpipe-run", art + " --train --steps 1 --sample-input 8x16:int64:50 --checkpoint selective");
+  EXPECT_EQ(selective.exit_code, 1);
+  EXPECT_OUTPUT_HAS(selective,
+                    "gpipe-run: error: '" + art +
+                        "' was compiled with --activation-budget 0.5 MiB, so its recompute plan "
+                        "is the budget's; use checkpoint mode budget, or compile without "
+                        "--activation-budget for selective");
 }
 
 TEST(Cli, InspectPrintsAScheduleTableAndRefusesOneThatDoesNotFit) {

@@ -55,6 +55,28 @@ TEST(Manifest, RoundTrips) {
   EXPECT_EQ(ManifestToJson(m), ManifestToJson(TwoStages()));
 }
 
+TEST(Manifest, TheActivationBudgetAndItsPredictionsRoundTripAndAreChecked) {
+  Manifest budget = TwoStages();
+  budget.checkpoint = CheckpointMode::Budget;
+  budget.activation_budget_mib = 12.5;
+  budget.stages[0].planned_kept_bytes = 123456;
+  budget.stages[0].planned_recompute_flops = 7.5e9;
+  Manifest m = ParseManifest(ManifestToJson(budget));
+  EXPECT_EQ(m.checkpoint, CheckpointMode::Budget);
+  EXPECT_EQ(m.activation_budget_mib, 12.5);
+  EXPECT_EQ(m.stages[0].planned_kept_bytes, 123456);
+  EXPECT_EQ(m.stages[0].planned_recompute_flops, 7.5e9);
+  EXPECT_FALSE(m.stages[1].planned_kept_bytes);
+  EXPECT_FALSE(ParseManifest(ManifestToJson(TwoStages())).activation_budget_mib);
+  auto j = nlohmann::json::parse(ManifestToJson(budget));
+  j["activation_budget_mib"] = -1;
+  EXPECT_EQ(ErrorOf(j.dump()), "manifest: activation_budget_mib must be a positive number of MiB");
+  j = nlohmann::json::parse(ManifestToJson(budget));
+  j["stages"][0]["planned_kept_bytes"] = -5;
+  EXPECT_EQ(ErrorOf(j.dump()),
+            "manifest: stage 0 has a negative or non-finite recompute plan estimate");
+}
+
 TEST(Manifest, NewerFormatVersionIsRejected) {
   auto j = nlohmann::json::parse(ManifestToJson(TwoStages()));
   j["format_version"] = kManifestFormatVersion + 1;
