@@ -29,7 +29,7 @@ run_model() {
   for mode in never selective budget except_last always; do
     local log mem all rate kept artifact=$OUT/$name-recompute.gpipe
     [ "$mode" != budget ] || artifact=$OUT/$name-budget.gpipe
-    log=$("$BIN/gpipe-run" "$artifact" --train --steps "$STEPS" --lr 0.001 --loss sum \
+    log=$("$BIN/gpipe-run" "$artifact" --train --steps "$STEPS" --lr 1e-7 --loss sum \
           --sample-input "$input" --checkpoint "$mode" --report-memory)
     mem=$(echo "$log" | grep "peak activation memory" | tail -1)  # steady state
     all=$(echo "$mem" | sed -E 's/.*all stages ([0-9.]+) MiB.*/\1/')
