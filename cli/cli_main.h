@@ -12,6 +12,7 @@
 
 #include <c10/util/Exception.h>
 
+#include "runtime/memory_tracker.h"
 #include "runtime/pipeline_error.h"
 
 namespace gpipe {
@@ -62,12 +63,6 @@ inline void WriteFileAtomically(const std::string& path, const std::string& text
     TORCH_CHECK(out, "writing '", temp, "' failed (disk full?)");
   }
   boost::filesystem::rename(temp, path);
-}
-
-inline std::string MiB(int64_t bytes) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof buffer, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
-  return buffer;
 }
 
 inline std::vector<std::string> SplitList(const std::string& text) {

@@ -9,6 +9,7 @@
 #include <torch/csrc/jit/runtime/interpreter.h>
 
 #include "passes/replayable_products.h"
+#include "runtime/memory_tracker.h"
 
 namespace gpipe {
 namespace {
@@ -16,12 +17,6 @@ namespace {
 using torch::jit::Graph;
 using torch::jit::Node;
 using torch::jit::Value;
-
-std::string MiBText(int64_t bytes) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof buffer, "%.1f", static_cast<double>(bytes) / (1 << 20));
-  return buffer;
-}
 
 int64_t BytesOf(const at::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
 
@@ -51,11 +46,11 @@ size_t StageOf(size_t node_index, const StagePlan& plan) {
 }  // namespace
 
 BudgetChoice ChooseWithinBudget(const StageKeepCosts& costs, int64_t budget_bytes, size_t stage) {
-  TORCH_CHECK(costs.output_bytes <= budget_bytes, "--activation-budget ", MiBText(budget_bytes),
-              " MiB is below what stage ", stage,
+  TORCH_CHECK(costs.output_bytes <= budget_bytes, "--activation-budget ", MiB(budget_bytes),
+              " is below what stage ", stage,
               " must keep for each micro-batch in flight: the tensors it hands on, ",
-              MiBText(costs.output_bytes),
-              " MiB on the sample's micro-batch; give at least that, or use more --chunks "
+              MiB(costs.output_bytes),
+              " on the sample's micro-batch; give at least that, or use more --chunks "
               "(smaller micro-batches)");
   BudgetChoice choice;
   choice.kept_bytes = costs.output_bytes;

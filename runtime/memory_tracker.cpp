@@ -2,6 +2,7 @@
 
 #include <array>
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <unordered_map>
@@ -164,6 +165,12 @@ std::vector<int64_t> MemoryTracker::CurrentBytes(size_t num_stages) {
   std::vector<int64_t> out;
   for (size_t s = 0; s < num_stages && s < kMaxStages; ++s) out.push_back(counters[s].current.load());
   return out;
+}
+
+std::string MiB(int64_t bytes) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+  return buffer;
 }
 
 }  // namespace gpipe

@@ -3,6 +3,7 @@
 #include <cstddef>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace gpipe {
@@ -57,5 +58,8 @@ class MemoryTracker {
   // The most any forward task of each stage left allocated (ForwardScope), since ResetPeaks.
   static std::vector<int64_t> KeptPerMicroBatch(size_t num_stages);
 };
+
+// Bytes as "12.5 MiB", one decimal: how the tools and their errors print sizes.
+std::string MiB(int64_t bytes);
 
 }  // namespace gpipe
