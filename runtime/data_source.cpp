@@ -2,12 +2,11 @@
 
 #include <boost/filesystem.hpp>
 #include <fstream>
-#include <iterator>
 #include <sstream>
 
 #include <ATen/ATen.h>
-#include <torch/serialize.h>
 
+#include "runtime/checked_load.h"
 #include "runtime/mapped_array.h"
 #include "runtime/model_interface.h"
 
@@ -82,15 +81,15 @@ class NpyDirectory : public DataSource {
 class SavedTensors : public DataSource {
  public:
   explicit SavedTensors(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    TORCH_CHECK(in, "cannot open data file '", path, "'");
-    std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    TORCH_CHECK(std::ifstream(path).good(), "cannot open data file '", path, "'");
     c10::IValue value;
     try {
-      value = torch::pickle_load(bytes);
-    } catch (const std::exception&) {
-      TORCH_CHECK(false, "data file '", path,
-                  "' is not a file torch.save wrote (or is damaged); write it with "
+      value = LoadTorchSaveFile(path);
+    } catch (const std::exception& e) {
+      auto* error = dynamic_cast<const c10::Error*>(&e);
+      TORCH_CHECK(false, "data file '", path, "' is not a file torch.save wrote (or is damaged: ",
+                  error ? error->what_without_backtrace() : e.what(),
+                  "); write it with "
                   "torch.save({\"inputs\": X, \"targets\": Y}, '",
                   path, "')");
     }

@@ -1,15 +1,42 @@
 #include "runtime/training_state.h"
 
+#include <boost/crc.hpp>
+#include <cstdio>
 #include <cstring>
 #include <sstream>
 
 #include <ATen/ATen.h>
 #include <torch/serialize/archive.h>
 
+#include "runtime/checked_load.h"
+
 namespace gpipe {
 namespace {
 
 constexpr int64_t kFormat = 1;
+constexpr char kHeaderFormat[] = "gpipe-training-state crc32 %08x bytes %zu\n";
+
+uint32_t Crc32(const char* data, size_t size) {
+  boost::crc_32_type crc;
+  crc.process_bytes(data, size);
+  return crc.checksum();
+}
+
+// The archive after the header, once its length and checksum match.
+std::string CheckedArchive(const std::string& bytes) {
+  const size_t line_end = bytes.find('\n');
+  unsigned crc = 0;
+  size_t size = 0;
+  TORCH_CHECK(
+      line_end != std::string::npos && line_end < 80 &&
+          std::sscanf(bytes.c_str(), "gpipe-training-state crc32 %8x bytes %zu", &crc, &size) == 2,
+      "no gpipe-training-state header");
+  const std::string archive = bytes.substr(line_end + 1);
+  TORCH_CHECK(archive.size() == size, "its header says ", size, " bytes and it holds ",
+              archive.size());
+  TORCH_CHECK(Crc32(archive.data(), archive.size()) == crc, "its checksum does not match");
+  return archive;
+}
 
 at::Tensor Int(int64_t v) { return at::tensor({v}, at::kLong); }
 
@@ -19,8 +46,10 @@ at::Tensor Text(const std::string& s) {
   return t;
 }
 
-std::string TextOf(const at::Tensor& t) {
-  TORCH_CHECK(t.scalar_type() == at::kByte && t.dim() == 1, "a text field is not a byte vector");
+std::string TextOf(const at::Tensor& field) {
+  TORCH_CHECK(field.scalar_type() == at::kByte && field.dim() == 1,
+              "a text field is not a byte vector");
+  const at::Tensor t = field.contiguous();
   return std::string(static_cast<const char*>(t.data_ptr()), static_cast<size_t>(t.numel()));
 }
 
@@ -39,19 +68,24 @@ std::string SerializeTrainingState(const TrainingState& state) {
   archive.write("options", Text(options));
   std::ostringstream out;
   archive.save_to(out);
-  return out.str();
+  const std::string bytes = out.str();
+  char header[80];
+  std::snprintf(header, sizeof header, kHeaderFormat, Crc32(bytes.data(), bytes.size()),
+                bytes.size());
+  return header + bytes;
 }
 
 TrainingState ParseTrainingState(const std::string& bytes, const std::string& where) {
   TrainingState state;
   try {
     torch::serialize::InputArchive archive;
-    std::istringstream in(bytes);
+    std::istringstream in(CheckedArchive(bytes));
     archive.load_from(in);
     // A fresh tensor each time: InputArchive::read assigns into a defined one in place.
     auto read = [&](const char* key) {
       at::Tensor t;
       archive.read(key, t);
+      CheckWithinStorage(t, std::string("field ") + key);
       return t;
     };
     auto read_int = [&](const char* key) {

@@ -28,6 +28,10 @@ struct TrainingState {
 
 constexpr const char* kTrainingStateRecord = "training_state";
 
+// A first line "gpipe-training-state crc32 HEX bytes N" over a
+// torch::serialize archive: the checksum refuses a damaged record before
+// LibTorch's unpickler reads it (it trusts the sizes a file claims; see
+// runtime/checked_load.h).
 std::string SerializeTrainingState(const TrainingState& state);
 // `where` names the checkpoint in errors.
 TrainingState ParseTrainingState(const std::string& bytes, const std::string& where);

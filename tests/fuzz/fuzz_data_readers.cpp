@@ -1,5 +1,5 @@
-// libFuzzer target: any bytes as a .npy file, a token file, or the training
-// state a checkpoint carries (--resume). Each reader must either return
+// libFuzzer target: any bytes as a .npy file, a token file, the training
+// state a checkpoint carries (--resume), or a .pt data file (torch.save). Each reader must either return
 // something consistent with the file (rows that can all be read) or throw
 // c10::Error; never crash, over-read, hang or trip a sanitizer.
 // The first byte picks the reader; the rest is the file.
@@ -13,13 +13,14 @@
 
 #include <c10/util/Exception.h>
 
+#include "runtime/data_source.h"
 #include "runtime/mapped_array.h"
 #include "runtime/training_state.h"
 
 namespace {
 
-std::string TempFile(const uint8_t* data, size_t size) {
-  static const std::string path = "/tmp/fuzz_data_readers." + std::to_string(getpid());
+std::string TempFile(const uint8_t* data, size_t size, const char* suffix) {
+  const std::string path = "/tmp/fuzz_data_readers." + std::to_string(getpid()) + suffix;
   FILE* f = std::fopen(path.c_str(), "wb");
   if (f == nullptr) __builtin_trap();
   if (size > 0 && std::fwrite(data, 1, size, f) != size) __builtin_trap();
@@ -31,14 +32,20 @@ std::string TempFile(const uint8_t* data, size_t size) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
-  const uint8_t which = data[0] % 3;
+  const uint8_t which = data[0] % 4;
   try {
     if (which == 2) {
       gpipe::ParseTrainingState(std::string(reinterpret_cast<const char*>(data + 1), size - 1),
                                 "fuzz");
       return 0;
     }
-    const std::string path = TempFile(data + 1, size - 1);
+    if (which == 3) {
+      auto source = gpipe::OpenDataSource(TempFile(data + 1, size - 1, ".pt"), {});
+      // Every example it claims must be readable: the first and the last.
+      source->Get({0, source->size() - 1});
+      return 0;
+    }
+    const std::string path = TempFile(data + 1, size - 1, ".bin");
     auto array =
         which == 0 ? gpipe::MappedArray::OpenNpy(path) : gpipe::MappedArray::OpenTokens(path, 16);
     // Every row it claims must be readable: the first and the last.

@@ -124,20 +124,71 @@ TEST(DataSource, NpyDirectoryAndTorchSaveFileHoldTheSameExamples) {
   EXPECT_EQ(tail->Describe(), "10 examples; inputs [100] float32; targets [] int64");
 }
 
-// Found by tests/fuzz/fuzz_data_readers.cpp: LibTorch's unpickler threw
-// std::out_of_range (not c10::Error) on these bytes, and it escaped.
-TEST(DataSource, ADamagedTrainingStateIsAClearError) {
-  std::ifstream in(std::string(GPIPE_FUZZ_CORPUS_DIR) + "/regression_unpickler_out_of_range",
-                   std::ios::binary);
+// The bytes of a fuzzer corpus file, without its first byte (which picks
+// the reader in tests/fuzz/fuzz_data_readers.cpp).
+std::string CorpusFile(const std::string& name) {
+  std::ifstream in(std::string(GPIPE_FUZZ_CORPUS_DIR) + "/" + name, std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  ASSERT_GT(bytes.size(), 1u);
-  // LibTorch's own words in the middle differ between versions.
-  for (const std::string& damaged : {bytes.substr(1), std::string("not a zip")}) {
-    const std::string error = ErrorOf([&] { ParseTrainingState(damaged, "ck.gpipe"); });
-    EXPECT_EQ(error.rfind("checkpoint 'ck.gpipe' has a damaged training state (", 0), 0u) << error;
-    const std::string fix =
-        "); resume from an earlier checkpoint, or train afresh without --resume";
+  EXPECT_GT(bytes.size(), 1u) << name;
+  return bytes.size() > 1 ? bytes.substr(1) : "";
+}
+
+std::string StateError(const std::string& bytes) {
+  return ErrorOf([&] { ParseTrainingState(bytes, "ck.gpipe"); });
+}
+
+// Found by tests/fuzz/fuzz_data_readers.cpp: LibTorch's unpickler threw
+// std::out_of_range (not c10::Error) on these bytes, and it escaped; and a
+// text field whose tensor claimed more bytes than its record held was read
+// past the heap block. A checksum over the state now refuses damage before
+// LibTorch reads it.
+TEST(DataSource, ADamagedTrainingStateIsAClearError) {
+  TrainingState state;
+  state.step = 3;
+  state.optimizer = "moments";
+  state.cpu_rng = at::zeros({8}, at::kByte);
+  state.options["--lr"] = "0.5";
+  const std::string good = SerializeTrainingState(state);
+  EXPECT_EQ(ParseTrainingState(good, "ck.gpipe").optimizer, "moments");
+  EXPECT_EQ(good.rfind("gpipe-training-state crc32 ", 0), 0u);
+  std::string flipped = good;
+  flipped[flipped.size() / 2] ^= 0x20;
+  const std::string prefix = "checkpoint 'ck.gpipe' has a damaged training state (";
+  const std::string fix = "); resume from an earlier checkpoint, or train afresh without --resume";
+  const size_t archive = good.size() - good.find('\n') - 1;
+  EXPECT_EQ(StateError(flipped), prefix + "its checksum does not match" + fix);
+  EXPECT_EQ(StateError(good.substr(0, good.size() - 7)),
+            prefix + "its header says " + std::to_string(archive) + " bytes and it holds " +
+                std::to_string(archive - 7) + fix);
+  for (const std::string& damaged :
+       {CorpusFile("regression_unpickler_out_of_range"),
+        CorpusFile("regression_state_text_past_storage"), std::string("not a zip")}) {
+    EXPECT_EQ(StateError(damaged), prefix + "no gpipe-training-state header" + fix);
+  }
+}
+
+// Found by the fuzzer: LibTorch 1.13's in-memory zip reader (under
+// torch::pickle_load) copied past the end of a damaged archive; and a
+// tensor may claim more elements than its record holds (LibTorch's
+// unpickler does not compare them). Both are refused before a read.
+TEST(DataSource, ADamagedTorchSaveFileIsRefusedBeforeItsTensorsAreRead) {
+  TempDir dir;
+  const std::string path = dir.path("data.pt");
+  const std::string prefix =
+      "data file '" + path + "' is not a file torch.save wrote (or is damaged: ";
+  const std::string fix =
+      "); write it with torch.save({\"inputs\": X, \"targets\": Y}, '" + path + "')";
+  for (const char* name : {"regression_pt_zip_past_end", "regression_pt_tensor_past_record"}) {
+    std::ofstream(path, std::ios::binary) << CorpusFile(name);
+    const std::string error = ErrorOf([&] { OpenDataSource(path); });
+    EXPECT_EQ(error.rfind(prefix, 0), 0u) << error;
     EXPECT_EQ(error.size() >= fix.size() ? error.substr(error.size() - fix.size()) : error, fix);
+    if (std::string(name) == "regression_pt_tensor_past_record") {
+      EXPECT_EQ(error, prefix +
+                           "a tensor claims 256 bytes of data, but its record holds 16; the file "
+                           "is damaged" +
+                           fix);
+    }
   }
 }
 
@@ -151,11 +202,18 @@ TEST(DataSource, TokenWindowsAreShiftedByOne) {
   EXPECT_TRUE(at::equal(batch.inputs[0].narrow(1, 1, 15), batch.targets.narrow(1, 0, 15)));
   EXPECT_EQ(ErrorOf([&] { OpenDataSource(TestModel("tokens.bin")); }),
             "token file '" + TestModel("tokens.bin") + "' needs --seq-len L (tokens per example)");
-  EXPECT_EQ(ErrorOf([&] { OpenDataSource(TestModel("mlp9.pt")); }),
-            "data file '" + TestModel("mlp9.pt") +
-                "' is not a file torch.save wrote (or is damaged); write it "
-                "with torch.save({\"inputs\": X, \"targets\": Y}, '" +
-                TestModel("mlp9.pt") + "')");
+  // A TorchScript model is not a data file; LibTorch's reason in the middle
+  // differs between versions.
+  const std::string error = ErrorOf([&] { OpenDataSource(TestModel("mlp9.pt")); });
+  EXPECT_EQ(error.rfind("data file '" + TestModel("mlp9.pt") +
+                            "' is not a file torch.save wrote (or is damaged: ",
+                        0),
+            0u)
+      << error;
+  EXPECT_NE(error.find("); write it with torch.save({\"inputs\": X, \"targets\": Y}, '" +
+                       TestModel("mlp9.pt") + "')"),
+            std::string::npos)
+      << error;
 }
 
 }  // namespace
