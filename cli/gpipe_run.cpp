@@ -7,13 +7,16 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <thread>
+#include <utility>
 
 #include <boost/program_options.hpp>
 #include <torch/torch.h>
 
 #include "cli/cli_main.h"
 #include "cli/train_on_data.h"
+#include "runtime/artifact.h"
 #include "runtime/memory_tracker.h"
 #include "runtime/peer_group.h"
 #include "runtime/pipeline.h"
@@ -36,22 +39,36 @@ gpipe::LossOptions RandomDataLoss(const std::string& kind) {
   return loss;
 }
 
-// Test hook for the lost-peer tests: GPIPE_TEST_FAILPOINT=kill:RANK:STEP
-// makes that rank die by SIGKILL when the step starts, hang:RANK:STEP makes
-// it stop answering (as a stuck host would).
-void MaybeFailForTesting(int rank, int64_t step) {
+// Test hook for the fault tests: GPIPE_TEST_FAILPOINT=KIND:RANK:STEP.
+// kill makes that rank die by SIGKILL when the step starts, hang makes it
+// stop answering (as a stuck host would), killsave kills it halfway through
+// writing the checkpoint saved after the step (--data with
+// --checkpoint-every).
+std::optional<std::pair<std::string, std::pair<int, int64_t>>> TestFailpoint() {
   const char* spec = std::getenv("GPIPE_TEST_FAILPOINT");
-  if (spec == nullptr) return;
-  char kind[8] = {0};
+  if (spec == nullptr) return std::nullopt;
+  char kind[9] = {0};
   int at_rank = -1;
   long long at_step = -1;
-  if (std::sscanf(spec, "%7[a-z]:%d:%lld", kind, &at_rank, &at_step) != 3) return;
-  if (at_rank != rank || at_step != step) return;
+  if (std::sscanf(spec, "%8[a-z]:%d:%lld", kind, &at_rank, &at_step) != 3) return std::nullopt;
+  return std::make_pair(std::string(kind), std::make_pair(at_rank, static_cast<int64_t>(at_step)));
+}
+
+void MaybeFailForTesting(int rank, int64_t step) {
+  auto failpoint = TestFailpoint();
+  if (!failpoint || failpoint->second != std::make_pair(rank, step)) return;
   std::fflush(stdout);
-  if (std::string(kind) == "kill") std::raise(SIGKILL);
-  if (std::string(kind) == "hang") {
+  if (failpoint->first == "kill") std::raise(SIGKILL);
+  if (failpoint->first == "hang") {
     for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
   }
+}
+
+void MaybeFailTheSaveAfterForTesting(int rank, int64_t step) {
+  auto failpoint = TestFailpoint();
+  if (failpoint && failpoint->first == "killsave" &&
+      failpoint->second == std::make_pair(rank, step))
+    gpipe::SetArtifactWriteFailpointForTesting(gpipe::ArtifactWriteFailpoint::kKillMidWrite);
 }
 
 // With --trace and several ranks, every rank writes its own timeline.
@@ -214,6 +231,8 @@ int Main(int argc, char** argv) {
   if (with_data) {
     // After each step: a Ctrl-C on any rank stops every rank.
     auto stop = [&](int64_t step) {
+      MaybeFailTheSaveAfterForTesting(rank, step);
+      MaybeFailForTesting(rank, step + 1);
       if (peers) {
         at::Tensor stop = at::full({1}, interrupted ? 1.0 : 0.0, at::kDouble);
         peers->AllReduceSum(stop, "the end of step " + std::to_string(step));

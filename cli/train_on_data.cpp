@@ -19,7 +19,7 @@ namespace gpipe {
 void AddDataTrainingOptions(po::options_description& options, DataTrainingCli& cli) {
   options.add_options()(
       "data", po::value(&cli.data),
-      "--train on this data: a directory of inputs.npy + targets.npy (memory-mapped; inputs_0.npy, "
+      "--train on this data: a directory of inputs.npy + targets.npy (streamed; inputs_0.npy, "
       "inputs_1.npy, ... for several inputs), a .pt file of torch.save({\"inputs\": X, "
       "\"targets\": Y}), "
       "or a .bin token file with --seq-len")(
@@ -55,8 +55,10 @@ void AddDataTrainingOptions(po::options_description& options, DataTrainingCli& c
                                                        po::value(&cli.grad_accum)->default_value(1),
                                                        "--data: mini-batches per optimizer step")(
       "no-shuffle", "--data: read the data in file order")(
-      "log-every", po::value(&cli.log_every)->default_value(1),
-      "--data: print every K-th step (and the last)")(
+      "skip-nonfinite",
+      "--data: when a step's loss is NaN or Inf, skip its update (weights untouched) and go on, "
+      "instead of stopping")("log-every", po::value(&cli.log_every)->default_value(1),
+                             "--data: print every K-th step (and the last)")(
       "metrics-out", po::value(&cli.metrics_out),
       "--data: write one JSON object per logged step (and evaluation) to this .jsonl file; "
       "plot it with scripts/plot_metrics.py")(
@@ -163,6 +165,7 @@ int64_t TrainOnData(Pipeline& pipe, const DataTrainingCli& cli, const po::variab
   options.steps = steps;
   options.seed = seed;
   options.shuffle = vm.count("no-shuffle") == 0;
+  options.skip_nonfinite = vm.count("skip-nonfinite") > 0;
   options.grad_accum = cli.grad_accum;
   if (vm.count("clip-grad-norm")) options.clip_grad_norm = cli.clip_grad_norm;
   options.eval_every = cli.eval_every;
@@ -247,6 +250,13 @@ int64_t TrainOnData(Pipeline& pipe, const DataTrainingCli& cli, const po::variab
                    static_cast<long long>(r.step), static_cast<long long>(r.total), r.loss,
                    Duration(eta).c_str());
       if (r.step == r.total) std::fputc('\n', stderr);
+    }
+    if (verbose && r.skipped) {  // always shown: the user asked to be told, not stopped
+      std::printf("step %lld/%lld  skipped: %s; the weights were not updated (--skip-nonfinite)\n",
+                  static_cast<long long>(r.step), static_cast<long long>(r.total),
+                  r.skipped->c_str());
+      std::fflush(stdout);
+      return;
     }
     if (!verbose || (r.step % cli.log_every != 0 && r.step != r.total)) return;
     metrics.Step(r);

@@ -1,10 +1,13 @@
 #include "runtime/artifact.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <boost/filesystem.hpp>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 
 #include <c10/util/Exception.h>
@@ -15,25 +18,48 @@ namespace {
 
 namespace fs = boost::filesystem;
 
-std::atomic<bool> fail_before_rename{false};
+std::atomic<ArtifactWriteFailpoint> failpoint{ArtifactWriteFailpoint::kNone};
 
-void FsyncFile(const std::string& path) {
+// 0 on success, else errno.
+int FsyncFile(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY);
-  TORCH_CHECK(fd >= 0, "cannot reopen '", path, "' to flush it to disk");
+  if (fd < 0) return errno;
   int rc = ::fsync(fd);
+  const int error = rc == 0 ? 0 : errno;
   ::close(fd);
-  TORCH_CHECK(rc == 0, "flushing '", path, "' to disk failed");
+  return error;
+}
+
+std::string TempPrefixFor(const fs::path& target) {
+  return "." + target.filename().string() + ".tmp.";
 }
 
 std::string TempNameFor(const fs::path& target) {
-  return (target.parent_path() / ("." + target.filename().string() + ".tmp." +
-                                  std::to_string(::getpid())))
-      .string();
+  return (target.parent_path() / (TempPrefixFor(target) + std::to_string(::getpid()))).string();
+}
+
+// A writer killed mid-save leaves its temporary file behind; the next save
+// of the same target removes those of processes that no longer run.
+void RemoveStaleTempFiles(const fs::path& target) {
+  const std::string prefix = TempPrefixFor(target);
+  boost::system::error_code error;
+  for (fs::directory_iterator it(target.parent_path(), error), end; !error && it != end;
+       it.increment(error)) {
+    const std::string name = it->path().filename().string();
+    if (name.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string pid_text = name.substr(prefix.size());
+    if (pid_text.empty() || pid_text.find_first_not_of("0123456789") != std::string::npos) continue;
+    const long pid = std::strtol(pid_text.c_str(), nullptr, 10);
+    if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+      boost::system::error_code ignored;
+      fs::remove(it->path(), ignored);
+    }
+  }
 }
 
 }  // namespace
 
-void SetArtifactWriteFailpointForTesting(bool enabled) { fail_before_rename = enabled; }
+void SetArtifactWriteFailpointForTesting(ArtifactWriteFailpoint point) { failpoint = point; }
 
 void WriteArtifact(const std::string& path, const Manifest& manifest,
                    const std::vector<ArtifactRecord>& records) {
@@ -43,24 +69,42 @@ void WriteArtifact(const std::string& path, const Manifest& manifest,
               "' is a directory; give a file name such as model.gpipe");
   TORCH_CHECK(fs::is_directory(target.parent_path()), "cannot write '", path, "': directory '",
               target.parent_path().string(), "' does not exist");
+  RemoveStaleTempFiles(target);
   const std::string temp = TempNameFor(target);
+  // Out of space (ENOSPC), over a size limit (EFBIG): one line, old file kept.
+  auto refuse = [&](int error) {
+    TORCH_CHECK(false, "writing '", path, "' failed (", std::strerror(error), "); any earlier '",
+                path, "' is left as it was: free some space, or write elsewhere");
+  };
   try {
-    {
+    int write_errno = 0;
+    try {
       std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-      TORCH_CHECK(out, "cannot create '", temp, "' (check permissions and free space)");
+      if (!out) refuse(errno);
+      // A short write is remembered, not reported: LibTorch's writer would
+      // throw, and throw again from its destructor (std::terminate).
       caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, size_t n) -> size_t {
         out.write(static_cast<const char*>(data), static_cast<std::streamsize>(n));
-        return out ? n : 0;
+        if (!out && write_errno == 0) write_errno = errno != 0 ? errno : EIO;
+        return n;
       });
       std::string json = ManifestToJson(manifest);
       writer.writeRecord(kManifestRecord, json.data(), json.size());
+      if (failpoint == ArtifactWriteFailpoint::kKillMidWrite) {
+        out.flush();
+        ::raise(SIGKILL);
+      }
       for (const auto& r : records) writer.writeRecord(r.name, r.bytes.data(), r.bytes.size());
       writer.writeEndOfFile();
       out.flush();
-      TORCH_CHECK(out, "writing '", temp, "' failed (disk full?)");
+      if (!out && write_errno == 0) write_errno = errno != 0 ? errno : EIO;
+    } catch (const c10::Error&) {
+      if (write_errno == 0) throw;  // LibTorch's writer failed for its own reason
     }
-    FsyncFile(temp);
-    TORCH_CHECK(!fail_before_rename, "failpoint: stopped between write and rename");
+    if (write_errno != 0) refuse(write_errno);
+    if (int error = FsyncFile(temp)) refuse(error);
+    TORCH_CHECK(failpoint != ArtifactWriteFailpoint::kThrowBeforeRename,
+                "failpoint: stopped between write and rename");
     fs::rename(temp, target);
   } catch (...) {
     boost::system::error_code ignored;

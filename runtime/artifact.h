@@ -46,8 +46,11 @@ class ArtifactReader {
   Manifest manifest_;
 };
 
-// Test hook: when set, WriteArtifact throws after writing the temporary file
-// and before renaming it, as a crash at that point would leave things.
-void SetArtifactWriteFailpointForTesting(bool enabled);
+// Test hooks for what a crash while saving leaves behind: kThrowBeforeRename
+// throws after the temporary file is written and before the rename;
+// kKillMidWrite kills the process (SIGKILL) with the temporary file half
+// written, as a power cut or the OOM killer would.
+enum class ArtifactWriteFailpoint { kNone, kThrowBeforeRename, kKillMidWrite };
+void SetArtifactWriteFailpointForTesting(ArtifactWriteFailpoint failpoint);
 
 }  // namespace gpipe

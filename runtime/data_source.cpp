@@ -6,8 +6,8 @@
 
 #include <ATen/ATen.h>
 
+#include "runtime/array_file.h"
 #include "runtime/checked_load.h"
-#include "runtime/mapped_array.h"
 #include "runtime/model_interface.h"
 
 namespace gpipe {
@@ -35,20 +35,20 @@ class NpyDirectory : public DataSource {
   explicit NpyDirectory(const std::string& dir) {
     namespace fs = boost::filesystem;
     if (fs::exists(fs::path(dir) / "inputs.npy")) {
-      inputs_.push_back(MappedArray::OpenNpy((fs::path(dir) / "inputs.npy").string()));
+      inputs_.push_back(ArrayFile::OpenNpy((fs::path(dir) / "inputs.npy").string()));
     }
     for (int k = 0; fs::exists(fs::path(dir) / ("inputs_" + std::to_string(k) + ".npy")); ++k) {
       TORCH_CHECK(inputs_.empty() || k > 0, "data directory '", dir,
                   "' has both inputs.npy and inputs_0.npy; keep one naming");
-      inputs_.push_back(MappedArray::OpenNpy(
-          (fs::path(dir) / ("inputs_" + std::to_string(k) + ".npy")).string()));
+      inputs_.push_back(
+          ArrayFile::OpenNpy((fs::path(dir) / ("inputs_" + std::to_string(k) + ".npy")).string()));
     }
     TORCH_CHECK(!inputs_.empty(), "data directory '", dir,
                 "' has no inputs.npy (or inputs_0.npy, inputs_1.npy, ... for several inputs); "
                 "write them with "
                 "numpy.save");
     if (fs::exists(fs::path(dir) / "targets.npy"))
-      targets_ = MappedArray::OpenNpy((fs::path(dir) / "targets.npy").string());
+      targets_ = ArrayFile::OpenNpy((fs::path(dir) / "targets.npy").string());
     for (const auto& array : inputs_) CheckRows(*array);
     if (targets_) CheckRows(*targets_);
   }
@@ -68,13 +68,13 @@ class NpyDirectory : public DataSource {
   }
 
  private:
-  void CheckRows(const MappedArray& array) const {
+  void CheckRows(const ArrayFile& array) const {
     TORCH_CHECK(array.rows() == inputs_[0]->rows(), "data file '", array.path(), "' has ",
                 array.rows(), " rows but '", inputs_[0]->path(), "' has ", inputs_[0]->rows(),
                 "; every array needs one row per example");
   }
-  std::vector<std::shared_ptr<const MappedArray>> inputs_;
-  std::shared_ptr<const MappedArray> targets_;
+  std::vector<std::shared_ptr<const ArrayFile>> inputs_;
+  std::shared_ptr<const ArrayFile> targets_;
 };
 
 // torch.save({"inputs": X or [X0, X1, ...], "targets": Y}) from Python.
@@ -159,7 +159,7 @@ class SavedTensors : public DataSource {
 class TokenWindows : public DataSource {
  public:
   TokenWindows(const std::string& path, int64_t seq_len, int bits)
-      : tokens_(MappedArray::OpenTokens(path, bits)), seq_len_(seq_len) {
+      : tokens_(ArrayFile::OpenTokens(path, bits)), seq_len_(seq_len) {
     TORCH_CHECK(tokens_->rows() > seq_len, "token file '", path, "' has ", tokens_->rows(),
                 " tokens, fewer than --seq-len ", seq_len, " + 1; use a shorter --seq-len");
   }
@@ -180,7 +180,7 @@ class TokenWindows : public DataSource {
   }
 
  private:
-  std::shared_ptr<const MappedArray> tokens_;
+  std::shared_ptr<const ArrayFile> tokens_;
   int64_t seq_len_;
 };
 

@@ -22,7 +22,7 @@ struct DataBatch {
 
 // Training data from a file, as gpipe-run --data reads it:
 //   DIR/            inputs.npy and targets.npy (or inputs_0.npy, inputs_1.npy, ...
-//                   for several inputs), memory-mapped;
+//                   for several inputs), read with pread;
 //   FILE.pt         torch.save({"inputs": X, "targets": Y}) (X a tensor or a list of tensors);
 //   FILE.bin        flat tokens (nanoGPT's train.bin) with seq_len: example i is
 //                   inputs tokens[i*L : i*L+L], targets tokens[i*L+1 : i*L+L+1].

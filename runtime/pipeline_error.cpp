@@ -7,6 +7,13 @@ namespace gpipe {
 std::string ErrorMessage(const std::exception& e) {
   std::string message = e.what();
   if (auto* c10_error = dynamic_cast<const c10::Error*>(&e)) message = c10_error->what_without_backtrace();
+  // torch::data's DataLoader rethrows a reader's error as a runtime_error
+  // with a preamble and LibTorch's backtrace: keep the reader's words.
+  const std::string loader = "Caught exception in DataLoader worker thread. Original message: ";
+  if (message.rfind(loader, 0) == 0) {
+    message = message.substr(loader.size());
+    message = message.substr(0, message.find("\nException raised from "));
+  }
   // The TorchScript interpreter's 20-line traceback ends in the error itself
   // ("RuntimeError: mat1 and mat2 shapes cannot be multiplied ..."): keep that.
   if (message.find("Traceback of TorchScript") != std::string::npos) {

@@ -2,6 +2,8 @@
 
 #include <chrono>
 #include <cmath>
+#include <map>
+#include <mutex>
 #include <sstream>
 
 #include <ATen/ATen.h>
@@ -154,6 +156,16 @@ int64_t Trainer::Run(const std::function<void(const StepReport&)>& on_step,
     }
     in_group = 0;
     report.step = ++step;
+    if (report.skipped) {  // the weights stay as they were; the schedule moves on
+      report.total = total_steps_;
+      report.epoch = epoch + 1;
+      report.lr = LearningRateAt(options_.schedule, options_.optimizer.lr, step, schedule_end_);
+      optimizer_->zero_grad();
+      report.seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      on_step(report);
+      return step == total_steps_ || stop();
+    }
     report.total = total_steps_;
     report.epoch = epoch + 1;
     report.lr = LearningRateAt(options_.schedule, options_.optimizer.lr, step, schedule_end_);
@@ -185,18 +197,39 @@ int64_t Trainer::Run(const std::function<void(const StepReport&)>& on_step,
       const double scale = 1.0 / static_cast<double>(options_.grad_accum);
       ChunksForBatch chunks(pipe_, batch, true);
       const LossShares shares(options_.loss, batch.targets);
+      // Each micro-batch's share, kept (unsynchronized) to name a NaN's source.
+      std::mutex shares_mutex;
+      std::map<size_t, std::pair<MicroBatchRows, at::Tensor>> micro_losses;
       double loss =
           pipe_.train_step(AsArguments(batch),
                            [&](const MicroBatchRows& rows, const std::vector<at::Tensor>& outputs) {
-                             return shares.Share(LossInput(options_.loss, outputs), rows.offset,
-                                                 rows.size, rows.batch) *
-                                    scale;
+                             at::Tensor share = shares.Share(LossInput(options_.loss, outputs),
+                                                             rows.offset, rows.size, rows.batch) *
+                                                scale;
+                             std::lock_guard<std::mutex> lock(shares_mutex);
+                             micro_losses[rows.index] = {rows, share.detach()};
+                             return share;
                            });
-      TORCH_CHECK(std::isfinite(loss), "step ", step + 1, ": the loss is ", loss,
-                  "; the weights were not updated. Lower --lr, clip with --clip-grad-norm, or find "
-                  "the first "
-                  "stage and micro-batch producing NaN/Inf with --detect-anomaly");
-      report.loss += loss;
+      if (!std::isfinite(loss)) {
+        std::ostringstream where;
+        where << "the loss";
+        for (const auto& [index, entry] : micro_losses) {
+          const double value = entry.second.item<double>() / scale;
+          if (std::isfinite(value)) continue;
+          where << " of micro-batch " << index << " (rows " << entry.first.offset << "-"
+                << entry.first.offset + entry.first.size - 1 << ")";
+          loss = value;
+          break;
+        }
+        if (options_.grad_accum > 1) where << " of mini-batch " << in_group + 1;
+        where << " is " << (std::isnan(loss) ? "NaN" : loss > 0 ? "+Inf" : "-Inf");
+        TORCH_CHECK(options_.skip_nonfinite, "step ", step + 1, ": ", where.str(),
+                    "; the weights were not updated. Lower --lr, clip with --clip-grad-norm, skip "
+                    "such steps with --skip-nonfinite, or find the first stage producing NaN/Inf "
+                    "with --detect-anomaly");
+        if (!report.skipped) report.skipped = where.str();
+      }
+      if (!report.skipped) report.loss += loss;
       report.examples += batch.inputs.at(0).size(0);
       ++batches_done_;
       if (++in_group == options_.grad_accum && finish_step(epoch)) return step;

@@ -23,6 +23,10 @@ struct TrainerOptions {
   int64_t grad_accum = 1;                // mini-batches per optimizer step
   std::optional<double> clip_grad_norm;  // over every stage (and rank) together
   int64_t eval_every = 0;                // optimizer steps between evaluations (0: only at the end)
+  // A NaN/Inf loss stops the run with an error naming the step and the
+  // micro-batch; with this set, that step's update is skipped instead (its
+  // gradients dropped, the weights untouched) and training goes on.
+  bool skip_nonfinite = false;
   LossOptions loss;
   OptimizerOptions optimizer;
   LrSchedule schedule;
@@ -36,6 +40,9 @@ struct StepReport {
   std::optional<double> grad_norm;  // before clipping (with clip_grad_norm)
   int64_t examples = 0;
   double seconds = 0;
+  // With skip_nonfinite: why this step's update was skipped ("the loss of
+  // micro-batch 1 (rows 4-7) of mini-batch 1 is nan").
+  std::optional<std::string> skipped;
 };
 
 struct EvalReport {

@@ -1,7 +1,7 @@
 // A LibTorch training loop over a pipelined model, as a LibTorch user writes
 // one for an unsplit model: torch::optim's AdamW over Pipeline::parameters(),
 // torch::data's DataLoader (a random sampler, a background worker) over a
-// memory-mapped .npy data set, cross-entropy per micro-batch through
+// streamed .npy data set, cross-entropy per micro-batch through
 // Pipeline::train_step, and evaluation in eval mode without gradients.
 //
 //   /usr/bin/python3 samples/export_cnn.py --out cnn.pt
@@ -46,7 +46,7 @@ int main(int argc, char** argv) try {
     return 2;
   }
   gpipe::Pipeline pipe = gpipe::Pipeline::load(argv[1]);
-  auto data = gpipe::OpenDataSource(argv[2]);  // inputs.npy + targets.npy, memory-mapped
+  auto data = gpipe::OpenDataSource(argv[2]);  // inputs.npy + targets.npy, streamed from disk
   const int64_t held_out = data->size() / 5;
   auto train = gpipe::SliceDataSource(data, 0, data->size() - held_out);
   auto eval = gpipe::SliceDataSource(data, data->size() - held_out, data->size());

@@ -34,7 +34,7 @@ echo; echo "== 5. any torchvision model with the defaults: DenseNet-121 into 4 s
 "$BIN/gpipe-compile" "$OUT/densenet121.pt" -o "$OUT/densenet121.gpipe" --stages 4 --chunks 2 \
   --verify --sample-input 2x3x64x64
 
-echo; echo "== 6. train on real data: a CNN on scikit-learn's 1797 digit images (.npy, memory-mapped), 4 stages =="
+echo; echo "== 6. train on real data: a CNN on scikit-learn's 1797 digit images (.npy, streamed), 4 stages =="
 echo "   3 epochs with Adam and evaluation on the held-out fifth, stopped after epoch 2 and resumed (the resumed"
 echo "   run ends with the weights of an uninterrupted one, bitwise); metrics to a .jsonl file, plotted to SVG"
 "$PY" samples/make_dataset.py digits --out "$OUT/digits"

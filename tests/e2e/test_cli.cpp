@@ -165,9 +165,9 @@ TEST(Artifact, FailureBetweenWriteAndRenameKeepsThePreviousFile) {
   std::ifstream in(dir.path("m.gpipe"), std::ios::binary);
   std::string before((std::istreambuf_iterator<char>(in)), {});
   Pipeline pipe = Pipeline::load(dir.path("m.gpipe"));
-  SetArtifactWriteFailpointForTesting(true);
+  SetArtifactWriteFailpointForTesting(ArtifactWriteFailpoint::kThrowBeforeRename);
   EXPECT_THROW(pipe.save(dir.path("m.gpipe")), c10::Error);
-  SetArtifactWriteFailpointForTesting(false);
+  SetArtifactWriteFailpointForTesting(ArtifactWriteFailpoint::kNone);
   std::ifstream again(dir.path("m.gpipe"), std::ios::binary);
   std::string after((std::istreambuf_iterator<char>(again)), {});
   EXPECT_EQ(before, after);

@@ -1,8 +1,8 @@
 // libFuzzer target: any bytes as a .npy file, a token file, the training
-// state a checkpoint carries (--resume), or a .pt data file (torch.save). Each reader must either return
-// something consistent with the file (rows that can all be read) or throw
-// c10::Error; never crash, over-read, hang or trip a sanitizer.
-// The first byte picks the reader; the rest is the file.
+// state a checkpoint carries (--resume), or a .pt data file (torch.save). Each reader must either
+// return something consistent with the file (rows that can all be read) or throw c10::Error; never
+// crash, over-read, hang or trip a sanitizer. The first byte picks the reader; the rest is the
+// file.
 
 #include <unistd.h>
 
@@ -13,8 +13,8 @@
 
 #include <c10/util/Exception.h>
 
+#include "runtime/array_file.h"
 #include "runtime/data_source.h"
-#include "runtime/mapped_array.h"
 #include "runtime/training_state.h"
 
 namespace {
@@ -47,7 +47,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     const std::string path = TempFile(data + 1, size - 1, ".bin");
     auto array =
-        which == 0 ? gpipe::MappedArray::OpenNpy(path) : gpipe::MappedArray::OpenTokens(path, 16);
+        which == 0 ? gpipe::ArrayFile::OpenNpy(path) : gpipe::ArrayFile::OpenTokens(path, 16);
     // Every row it claims must be readable: the first and the last.
     array->Rows({0, array->rows() - 1});
     if (array->rows() > 0) array->Elements(0, 1);

@@ -1,4 +1,4 @@
-// The data readers of gpipe-run --data: NumPy arrays (memory-mapped), files
+// The data readers of gpipe-run --data: NumPy arrays (read with pread), files
 // from torch.save, token streams; and what each says about a bad file.
 
 #include <gtest/gtest.h>
@@ -7,8 +7,8 @@
 
 #include <ATen/ATen.h>
 
+#include "runtime/array_file.h"
 #include "runtime/data_source.h"
-#include "runtime/mapped_array.h"
 #include "runtime/training_state.h"
 #include "tests/test_util.h"
 
@@ -41,7 +41,7 @@ TEST(DataSource, NpyRowsAreTheArraysRowsInAnyOrder) {
   at::Tensor x = at::arange(24, at::kFloat).reshape({4, 2, 3});
   WriteNpy(dir.path("x.npy"), "{'descr': '<f4', 'fortran_order': False, 'shape': (4, 2, 3), }",
            Bytes(x));
-  auto array = MappedArray::OpenNpy(dir.path("x.npy"));
+  auto array = ArrayFile::OpenNpy(dir.path("x.npy"));
   EXPECT_EQ(array->rows(), 4);
   EXPECT_EQ(array->row_shape(), (std::vector<int64_t>{2, 3}));
   EXPECT_TRUE(at::equal(array->Rows({3, 0, 3}), x.index_select(0, at::tensor({3, 0, 3}))));
@@ -54,20 +54,20 @@ TEST(DataSource, UnsignedArraysAndTokensWiden) {
   const uint16_t values[] = {1, 65535, 40000};
   std::string data(reinterpret_cast<const char*>(values), sizeof values);
   WriteNpy(dir.path("u.npy"), "{'descr': '<u2', 'fortran_order': False, 'shape': (3,), }", data);
-  at::Tensor rows = MappedArray::OpenNpy(dir.path("u.npy"))->Rows({0, 1, 2});
+  at::Tensor rows = ArrayFile::OpenNpy(dir.path("u.npy"))->Rows({0, 1, 2});
   EXPECT_EQ(rows.scalar_type(), at::kInt);
   EXPECT_TRUE(at::equal(rows, at::tensor({1, 65535, 40000}, at::kInt)));
   std::ofstream(dir.path("t.bin"), std::ios::binary) << data;
-  at::Tensor tokens = MappedArray::OpenTokens(dir.path("t.bin"), 16)->Elements(1, 2);
+  at::Tensor tokens = ArrayFile::OpenTokens(dir.path("t.bin"), 16)->Elements(1, 2);
   EXPECT_TRUE(at::equal(tokens, at::tensor({65535, 40000}, at::kLong)));
 }
 
-TEST(DataSource, ABadNpyFileIsRefusedBeforeItIsMapped) {
+TEST(DataSource, ABadNpyFileIsRefusedBeforeAnythingIsAllocated) {
   TempDir dir;
   const std::string f = dir.path("bad.npy");
   auto error = [&](const std::string& dict, const std::string& data) {
     WriteNpy(f, dict, data);
-    return ErrorOf([&] { MappedArray::OpenNpy(f); });
+    return ErrorOf([&] { ArrayFile::OpenNpy(f); });
   };
   const std::string prefix = "data file '" + f + "' ";
   EXPECT_EQ(
@@ -95,13 +95,13 @@ TEST(DataSource, ABadNpyFileIsRefusedBeforeItIsMapped) {
   EXPECT_EQ(error("{'descr': '<f4', 'fortran_order': False, 'shape': (), }", "abcd"),
             prefix + "holds a single scalar; data needs one row per example");
   std::ofstream(f, std::ios::binary) << "not numpy";
-  EXPECT_EQ(ErrorOf([&] { MappedArray::OpenNpy(f); }),
+  EXPECT_EQ(ErrorOf([&] { ArrayFile::OpenNpy(f); }),
             prefix + "is not a NumPy .npy file (no \\x93NUMPY magic); write it with numpy.save");
   std::ofstream(f, std::ios::binary) << std::string("\x93NUMPY\x01\x00\xff\x00{'descr'", 18);
-  EXPECT_EQ(ErrorOf([&] { MappedArray::OpenNpy(f); }),
+  EXPECT_EQ(ErrorOf([&] { ArrayFile::OpenNpy(f); }),
             prefix + "is truncated inside its .npy header");
   std::ofstream(dir.path("odd.bin"), std::ios::binary) << "abc";
-  EXPECT_EQ(ErrorOf([&] { MappedArray::OpenTokens(dir.path("odd.bin"), 16); }),
+  EXPECT_EQ(ErrorOf([&] { ArrayFile::OpenTokens(dir.path("odd.bin"), 16); }),
             "data file '" + dir.path("odd.bin") +
                 "' has 3 bytes, not a whole number of uint16 tokens; is "
                 "--token-dtype right?");

@@ -1,7 +1,7 @@
-#include "runtime/mapped_array.h"
+#include "runtime/array_file.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <boost/filesystem.hpp>
@@ -109,7 +109,7 @@ std::optional<std::vector<int64_t>> ParseShape(const std::string& text) {
 
 }  // namespace
 
-std::shared_ptr<const MappedArray> MappedArray::OpenNpy(const std::string& path) {
+std::shared_ptr<const ArrayFile> ArrayFile::OpenNpy(const std::string& path) {
   const size_t file_bytes = FileSize(path);
   std::ifstream in(path, std::ios::binary);
   TORCH_CHECK(in, "cannot open data file '", path, "'");
@@ -159,7 +159,7 @@ std::shared_ptr<const MappedArray> MappedArray::OpenNpy(const std::string& path)
   if (!shape) Refuse(path, "has a malformed shape " + *shape_text + " in its .npy header");
   if (shape->empty()) Refuse(path, "holds a single scalar; data needs one row per example");
 
-  auto array = std::shared_ptr<MappedArray>(new MappedArray());
+  auto array = std::shared_ptr<ArrayFile>(new ArrayFile());
   array->path_ = path;
   array->shape_ = *shape;
   array->row_shape_.assign(shape->begin() + 1, shape->end());
@@ -179,11 +179,11 @@ std::shared_ptr<const MappedArray> MappedArray::OpenNpy(const std::string& path)
                      " bytes of data; the file is truncated or not what its header says");
   }
   array->row_bytes_ = *row_bytes;
-  array->Map(data_offset, *data_bytes, file_bytes);
+  array->Open(data_offset, *data_bytes);
   return array;
 }
 
-std::shared_ptr<const MappedArray> MappedArray::OpenTokens(const std::string& path, int bits) {
+std::shared_ptr<const ArrayFile> ArrayFile::OpenTokens(const std::string& path, int bits) {
   TORCH_CHECK(bits == 16 || bits == 32, "token width ", bits, " bits; use uint16 or uint32");
   const size_t file_bytes = FileSize(path);
   const size_t item = static_cast<size_t>(bits / 8);
@@ -191,7 +191,7 @@ std::shared_ptr<const MappedArray> MappedArray::OpenTokens(const std::string& pa
     Refuse(path, "has " + std::to_string(file_bytes) + " bytes, not a whole number of uint" +
                      std::to_string(bits) + " tokens; is --token-dtype right?");
   }
-  auto array = std::shared_ptr<MappedArray>(new MappedArray());
+  auto array = std::shared_ptr<ArrayFile>(new ArrayFile());
   array->path_ = path;
   array->shape_ = {static_cast<int64_t>(file_bytes / item)};
   array->stored_ = bits == 16 ? c10::kShort : c10::kInt;
@@ -199,35 +199,60 @@ std::shared_ptr<const MappedArray> MappedArray::OpenTokens(const std::string& pa
   array->dtype_ = c10::kLong;  // token ids, as embeddings and cross_entropy take them
   array->item_bytes_ = item;
   array->row_bytes_ = item;
-  array->Map(0, file_bytes, file_bytes);
+  array->Open(0, file_bytes);
   return array;
 }
 
-void MappedArray::Map(size_t data_offset, size_t data_bytes, size_t file_bytes) {
+void ArrayFile::Open(size_t data_offset, size_t data_bytes) {
   TORCH_CHECK(data_bytes > 0, "data file '", path_, "' has no rows");
-  int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-  TORCH_CHECK(fd >= 0, "cannot open data file '", path_, "': ", std::strerror(errno));
-  void* map = ::mmap(nullptr, file_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
-  const int map_errno = errno;
-  ::close(fd);
-  TORCH_CHECK(map != MAP_FAILED, "cannot map data file '", path_, "': ", std::strerror(map_errno));
-  map_ = map;
-  map_bytes_ = file_bytes;
-  data_ = static_cast<const uint8_t*>(map) + data_offset;
+  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  TORCH_CHECK(fd_ >= 0, "cannot open data file '", path_, "': ", std::strerror(errno));
+  struct stat info {};
+  TORCH_CHECK(::fstat(fd_, &info) == 0, "cannot read the size of data file '", path_, "'");
+  data_offset_ = data_offset;
+  opened_bytes_ = info.st_size;
+  opened_mtime_ns_ = info.st_mtim.tv_sec * 1000000000LL + info.st_mtim.tv_nsec;
+  TORCH_CHECK(static_cast<size_t>(info.st_size) == data_offset + data_bytes, "data file '", path_,
+              "' changed while it was opened; open it again");
 }
 
-MappedArray::~MappedArray() {
-  if (map_ != nullptr) ::munmap(map_, map_bytes_);
+ArrayFile::~ArrayFile() {
+  if (fd_ >= 0) ::close(fd_);
 }
 
-at::Tensor MappedArray::Convert(at::Tensor raw) const {
+void ArrayFile::CheckUnchanged() const {
+  struct stat info {};
+  const bool same = ::fstat(fd_, &info) == 0 && info.st_size == opened_bytes_ &&
+                    info.st_mtim.tv_sec * 1000000000LL + info.st_mtim.tv_nsec == opened_mtime_ns_;
+  TORCH_CHECK(same, "data file '", path_, "' was rewritten while this run read it (it held ",
+              opened_bytes_, " bytes when opened and now holds ", info.st_size,
+              "); restore it, then resume from the last checkpoint (--resume)");
+}
+
+void ArrayFile::ReadAt(size_t offset, size_t bytes, uint8_t* dst) const {
+  size_t done = 0;
+  while (done < bytes) {
+    const ssize_t got =
+        ::pread(fd_, dst + done, bytes - done, static_cast<off_t>(data_offset_ + offset + done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      CheckUnchanged();  // a truncated file names itself
+      TORCH_CHECK(false, "reading data file '", path_,
+                  "' failed: ", got < 0 ? std::strerror(errno) : "unexpected end of file");
+    }
+    done += static_cast<size_t>(got);
+  }
+}
+
+at::Tensor ArrayFile::Convert(at::Tensor raw) const {
   if (!unsigned_) return raw;
   // The signed type of the same width holds the bits; widen, then drop the sign extension.
   const int64_t mask = item_bytes_ == 2 ? 0xFFFF : 0xFFFFFFFFLL;
   return raw.to(dtype_).bitwise_and_(mask);
 }
 
-at::Tensor MappedArray::Rows(const std::vector<int64_t>& indices) const {
+at::Tensor ArrayFile::Rows(const std::vector<int64_t>& indices) const {
+  CheckUnchanged();
   std::vector<int64_t> sizes{static_cast<int64_t>(indices.size())};
   sizes.insert(sizes.end(), row_shape_.begin(), row_shape_.end());
   at::Tensor out = at::empty(sizes, at::TensorOptions().dtype(stored_));
@@ -235,18 +260,18 @@ at::Tensor MappedArray::Rows(const std::vector<int64_t>& indices) const {
   for (size_t k = 0; k < indices.size(); ++k) {
     TORCH_CHECK(indices[k] >= 0 && indices[k] < rows(), "row ", indices[k], " of data file '",
                 path_, "' is out of range (it has ", rows(), " rows)");
-    std::memcpy(dst + k * row_bytes_, data_ + static_cast<size_t>(indices[k]) * row_bytes_,
-                row_bytes_);
+    ReadAt(static_cast<size_t>(indices[k]) * row_bytes_, row_bytes_, dst + k * row_bytes_);
   }
   return Convert(out);
 }
 
-at::Tensor MappedArray::Elements(int64_t start, int64_t count) const {
+at::Tensor ArrayFile::Elements(int64_t start, int64_t count) const {
   TORCH_CHECK(start >= 0 && count >= 0 && start <= rows() - count, "elements [", start, ", ",
               start + count, ") of data file '", path_, "' are out of range (it has ", rows(), ")");
+  CheckUnchanged();
   at::Tensor out = at::empty({count}, at::TensorOptions().dtype(stored_));
-  std::memcpy(out.data_ptr(), data_ + static_cast<size_t>(start) * item_bytes_,
-              static_cast<size_t>(count) * item_bytes_);
+  ReadAt(static_cast<size_t>(start) * item_bytes_, static_cast<size_t>(count) * item_bytes_,
+         static_cast<uint8_t*>(out.data_ptr()));
   return Convert(out);
 }
 
