@@ -103,5 +103,72 @@ TEST(Soak, ThousandRandomStepsLeaveNoThreadsDescriptorsOrMemoryBehind) {
   EXPECT_LT(HeldKiB() - held, 64 * 1024) << "memory grew by more than 64 MiB over 1000 steps";
 }
 
+// The paths the schedule, recompute and checkpoint work added: random
+// schedules (gpipe, 1f1b, interleaved-1f1b, zb-h1) x checkpoint policies x
+// stage counts x chunk counts through train_step with a loss per
+// micro-batch, and every 40 steps a resume point (the pipeline saved,
+// dropped and loaded again from the file, as --resume does).
+TEST(Soak, RandomSchedulesPoliciesChunksAndResumePointsLeaveNothingBehind) {
+  testing::TempDir dir;
+  std::vector<std::string> artifacts;
+  for (int64_t stages : {2, 4}) {
+    CompileOptions options;
+    options.balance.num_stages = stages;
+    artifacts.push_back(dir.path("s" + std::to_string(stages) + ".gpipe"));
+    CompileModel(testing::TestModel("mlp9.pt"), artifacts.back(), options);
+  }
+  struct Kind {
+    size_t artifact;
+    std::string schedule;
+    size_t virtual_stages;
+  };
+  const std::vector<Kind> kinds = {{0, "gpipe", 1}, {0, "1f1b", 1},
+                                   {1, "1f1b", 1},  {1, "interleaved-1f1b", 2},
+                                   {0, "zb-h1", 1}, {1, "zb-h1", 1}};
+  auto load = [&](const Kind& kind, const std::string& path) {
+    PipelineOptions options;
+    options.threads_per_stage = 1;  // see the test above
+    options.chunks = 2;
+    options.schedule = kind.schedule;
+    options.virtual_stages = kind.virtual_stages;
+    return Pipeline::load(path, options);
+  };
+  std::vector<Pipeline> pipes;
+  for (const Kind& kind : kinds) pipes.push_back(load(kind, artifacts[kind.artifact]));
+  const CheckpointMode policies[] = {CheckpointMode::Never, CheckpointMode::Always,
+                                     CheckpointMode::ExceptLast, CheckpointMode::Selective};
+  std::mt19937 rng(11);
+  at::Tensor x = torch::randn({8, 16});
+  auto step = [&](Pipeline& pipe) {
+    pipe.set_chunks(int64_t{2} << (rng() % 3));  // 2, 4 or 8: every schedule runs them
+    pipe.set_checkpoint(policies[rng() % 4]);
+    for (auto& p : pipe.parameters()) p.mutable_grad() = at::Tensor();
+    pipe.train_step({x}, [](const MicroBatchRows& rows, const std::vector<at::Tensor>& outputs) {
+      return outputs.at(0).pow(2).sum() / static_cast<double>(rows.batch);
+    });
+  };
+  for (size_t warm = 0; warm < 2 * kinds.size(); ++warm) step(pipes[warm % pipes.size()]);
+  const size_t threads = CountEntries("/proc/self/task");
+  const size_t fds = CountEntries("/proc/self/fd");
+  const int64_t held = HeldKiB();
+
+  auto start = std::chrono::steady_clock::now();
+  for (int steps = 0; steps < 400; ++steps) {
+    const size_t k = rng() % kinds.size();
+    step(pipes[k]);
+    if (steps % 40 == 39) {  // a resume point
+      const std::string saved = dir.path("resume.gpipe");
+      pipes[k].save(saved);
+      pipes[k] = load(kinds[k], saved);
+      step(pipes[k]);
+    }
+    ASSERT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(120))
+        << "soak exceeded 120 s";
+  }
+  EXPECT_EQ(SettledThreadCount(threads), threads);
+  EXPECT_EQ(CountEntries("/proc/self/fd"), fds);
+  EXPECT_LT(HeldKiB() - held, 64 * 1024) << "memory grew by more than 64 MiB over 400 steps";
+}
+
 }  // namespace
 }  // namespace gpipe

@@ -32,6 +32,7 @@ case "$TARGET" in
     # past what the machine has fails as std::bad_alloc without sanitizers
     # (the reader's clear error again), but ASan's operator new aborts on
     # it: fork mode runs on past such inputs (-ignore_ooms) and logs them.
+    export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}  # fork mode's workers ignore -detect_leaks
     EXTRA=(-detect_leaks=0 -rss_limit_mb=12288 -malloc_limit_mb=8192 -fork=1 -ignore_ooms=1) ;;
   schedule)
     clang++ "${FLAGS[@]}" tests/fuzz/fuzz_schedule_csv.cpp runtime/schedule_csv.cpp runtime/schedule_ir.cpp \
