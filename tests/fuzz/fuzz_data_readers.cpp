@@ -9,6 +9,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <new>
 #include <string>
 
 #include <c10/util/Exception.h>
@@ -16,6 +18,33 @@
 #include "runtime/array_file.h"
 #include "runtime/data_source.h"
 #include "runtime/training_state.h"
+
+// LibTorch's unpickler allocates what a damaged pickle's length claims
+// before it reads (pytorch/pytorch#185443). Without sanitizers a claim past
+// the machine's memory fails as std::bad_alloc, which the readers turn into
+// their clear error; ASan's operator new aborts instead. This operator new
+// (malloc underneath, so ASan still checks every access) fails such a claim
+// as glibc would, so the fuzzer goes on past it.
+constexpr size_t kMostOneAllocation = size_t{8} << 30;
+
+void* operator new(size_t size) {
+  void* p = size <= kMostOneAllocation ? std::malloc(size == 0 ? 1 : size) : nullptr;
+  if (p == nullptr) throw std::bad_alloc();
+  return p;
+}
+void* operator new[](size_t size) { return operator new(size); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
+void operator delete[](void* p, size_t) noexcept { std::free(p); }
+void* operator new(size_t size, const std::nothrow_t&) noexcept {
+  return size <= kMostOneAllocation ? std::malloc(size == 0 ? 1 : size) : nullptr;
+}
+void* operator new[](size_t size, const std::nothrow_t& tag) noexcept {
+  return operator new(size, tag);
+}
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
 
 namespace {
 
