@@ -39,7 +39,7 @@ c10::IValue LoadTorchSaveFile(const std::string& path) {
   auto reader = [&, data = static_cast<const char*>(pickle.get()), size = pickle_bytes](
                     char* buffer, size_t length) -> size_t {
     length = std::min(length, size - read);
-    std::memcpy(buffer, data + read, length);
+    if (length > 0) std::memcpy(buffer, data + read, length);  // data is null for 0 bytes
     read += length;
     return length;
   };

@@ -11,7 +11,8 @@
 #include <thread>
 
 #if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/allocator_interface.h>
+// The sanitizer runtime's (GCC ships no header for it here).
+extern "C" size_t __sanitizer_get_current_allocated_bytes();
 #endif
 
 #include <torch/torch.h>
