@@ -87,8 +87,24 @@ class SavedTensors : public DataSource {
       value = LoadTorchSaveFile(path);
     } catch (const std::exception& e) {
       auto* error = dynamic_cast<const c10::Error*>(&e);
-      TORCH_CHECK(false, "data file '", path, "' is not a file torch.save wrote (or is damaged: ",
-                  error ? error->what_without_backtrace() : e.what(),
+      const std::string reason = error ? error->what_without_backtrace() : e.what();
+      // LibTorch 1.13's unpickler has SETITEMS and APPENDS but not SETITEM
+      // and APPEND, which Python writes for a dict of one entry ({"inputs":
+      // X} alone) and a list of one element ("inputs": [X]).
+      TORCH_CHECK(reason.find("Unknown opcode for unpickling at 0x73") == std::string::npos,
+                  "data file '", path,
+                  "' holds a dict of one entry, which this LibTorch cannot read (it lacks "
+                  "pickle's SETITEM); give it a second entry: torch.save({\"inputs\": X, "
+                  "\"targets\": None}, '",
+                  path, "')");
+      TORCH_CHECK(reason.find("Unknown opcode for unpickling at 0x61") == std::string::npos,
+                  "data file '", path,
+                  "' holds a list of one element, which this LibTorch cannot read (it lacks "
+                  "pickle's APPEND); save the tensor itself: torch.save({\"inputs\": X, "
+                  "\"targets\": Y}, '",
+                  path, "')");
+      TORCH_CHECK(false, "data file '", path,
+                  "' is not a file torch.save wrote (or is damaged: ", reason,
                   "); write it with "
                   "torch.save({\"inputs\": X, \"targets\": Y}, '",
                   path, "')");

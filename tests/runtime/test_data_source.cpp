@@ -192,6 +192,44 @@ TEST(DataSource, ADamagedTorchSaveFileIsRefusedBeforeItsTensorsAreRead) {
   }
 }
 
+// Python writes a dict of one entry with SETITEM and a list of one element
+// with APPEND, which LibTorch 1.13's unpickler lacks (a LibTorch that has
+// them reads both); two entries (SETITEMS) are read on every version.
+TEST(DataSource, ASavedDictOfOneEntryGetsAHintAndInputsOnlyAreRead) {
+  TempDir dir;
+  const std::string path = dir.path("data.pt");
+  std::ofstream(path, std::ios::binary) << CorpusFile("pt_one_entry_dict");
+  try {
+    auto source = OpenDataSource(path);
+    EXPECT_EQ(source->size(), 4);  // a LibTorch with SETITEM reads it
+  } catch (const c10::Error& e) {
+    EXPECT_EQ(std::string(e.what_without_backtrace()),
+              "data file '" + path +
+                  "' holds a dict of one entry, which this LibTorch cannot read (it lacks "
+                  "pickle's SETITEM); give it a second entry: torch.save({\"inputs\": X, "
+                  "\"targets\": None}, '" +
+                  path + "')");
+  }
+  std::ofstream(path, std::ios::binary) << CorpusFile("pt_inputs_only");
+  DataBatch batch = OpenDataSource(path)->Get({3, 1});
+  ASSERT_EQ(batch.inputs.size(), 1u);
+  EXPECT_EQ(batch.inputs[0].sizes(), (std::vector<int64_t>{2, 3}));
+  EXPECT_FALSE(batch.targets.defined());
+  std::ofstream(path, std::ios::binary) << CorpusFile("pt_one_input_list");
+  try {
+    batch = OpenDataSource(path)->Get({3, 1});
+    ASSERT_EQ(batch.inputs.size(), 1u);
+    EXPECT_TRUE(at::equal(batch.targets, at::tensor(std::vector<int64_t>{3, 1})));
+  } catch (const c10::Error& e) {
+    EXPECT_EQ(std::string(e.what_without_backtrace()),
+              "data file '" + path +
+                  "' holds a list of one element, which this LibTorch cannot read (it lacks "
+                  "pickle's APPEND); save the tensor itself: torch.save({\"inputs\": X, "
+                  "\"targets\": Y}, '" +
+                  path + "')");
+  }
+}
+
 TEST(DataSource, TokenWindowsAreShiftedByOne) {
   DataOptions options;
   options.seq_len = 16;
