@@ -7,11 +7,15 @@
 #include <atomic>
 #include <boost/filesystem.hpp>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <sstream>
 
 #include <c10/util/Exception.h>
 #include <caffe2/serialize/inline_container.h>
+
+#include "runtime/checksum.h"
 
 namespace gpipe {
 namespace {
@@ -57,6 +61,14 @@ void RemoveStaleTempFiles(const fs::path& target) {
   }
 }
 
+constexpr char kChecksumsHeader[] = "gpipe-checksums crc32";
+
+void AppendChecksum(std::string& text, const std::string& name, const std::string& bytes) {
+  char line[32];
+  std::snprintf(line, sizeof line, " %08x %zu\n", Crc32(bytes.data(), bytes.size()), bytes.size());
+  text += name + line;
+}
+
 }  // namespace
 
 void SetArtifactWriteFailpointForTesting(ArtifactWriteFailpoint point) { failpoint = point; }
@@ -89,12 +101,18 @@ void WriteArtifact(const std::string& path, const Manifest& manifest,
         return n;
       });
       std::string json = ManifestToJson(manifest);
+      std::string checksums = std::string(kChecksumsHeader) + "\n";
+      AppendChecksum(checksums, kManifestRecord, json);
       writer.writeRecord(kManifestRecord, json.data(), json.size());
       if (failpoint == ArtifactWriteFailpoint::kKillMidWrite) {
         out.flush();
         ::raise(SIGKILL);
       }
-      for (const auto& r : records) writer.writeRecord(r.name, r.bytes.data(), r.bytes.size());
+      for (const auto& r : records) {
+        writer.writeRecord(r.name, r.bytes.data(), r.bytes.size());
+        AppendChecksum(checksums, r.name, r.bytes);
+      }
+      writer.writeRecord(kChecksumsRecord, checksums.data(), checksums.size());
       writer.writeEndOfFile();
       out.flush();
       if (!out && write_errno == 0) write_errno = errno != 0 ? errno : EIO;
@@ -126,8 +144,27 @@ ArtifactReader::ArtifactReader(const std::string& path) : path_(path) {
   TORCH_CHECK(reader_->hasRecord(kManifestRecord), "'", path,
               "' has no manifest.json, so it is not a gpipe artifact (a TorchScript model? "
               "compile it first with gpipe-compile)");
+  if (reader_->hasRecord(kChecksumsRecord)) {
+    std::istringstream lines(ReadUnchecked(kChecksumsRecord));
+    std::string line;
+    bool readable = std::getline(lines, line) && line == kChecksumsHeader;
+    checksums_.emplace();
+    while (readable && std::getline(lines, line)) {
+      std::istringstream fields(line);
+      std::string name, crc_text;
+      RecordChecksum checksum;
+      readable = (fields >> name >> crc_text >> checksum.bytes) && crc_text.size() == 8 &&
+                 crc_text.find_first_not_of("0123456789abcdef") == std::string::npos;
+      if (readable) checksum.crc32 = static_cast<uint32_t>(std::stoul(crc_text, nullptr, 16));
+      readable = readable && checksums_->emplace(name, checksum).second;
+    }
+    TORCH_CHECK(readable, "artifact '", path,
+                "' is damaged: its checksums record is unreadable; write it again with "
+                "gpipe-compile, or resume from an earlier checkpoint");
+  }
+  const std::string manifest_json = ReadRecord(kManifestRecord);  // its own error if damaged
   try {
-    manifest_ = ParseManifest(ReadRecord(kManifestRecord));
+    manifest_ = ParseManifest(manifest_json);
   } catch (const c10::Error& e) {
     TORCH_CHECK(false, "artifact '", path, "': ", e.what_without_backtrace());
   }
@@ -143,6 +180,18 @@ ArtifactReader::~ArtifactReader() = default;
 bool ArtifactReader::HasRecord(const std::string& name) const { return reader_->hasRecord(name); }
 
 std::string ArtifactReader::ReadRecord(const std::string& name) const {
+  std::string bytes = ReadUnchecked(name);
+  if (!checksums_) return bytes;
+  auto it = checksums_->find(name);
+  const bool intact = it != checksums_->end() && it->second.bytes == bytes.size() &&
+                      it->second.crc32 == Crc32(bytes.data(), bytes.size());
+  TORCH_CHECK(intact, "artifact '", path_, "' is damaged: its record '", name,
+              "' does not match the checksum written with it (the file changed after it was "
+              "saved); write it again with gpipe-compile, or resume from an earlier checkpoint");
+  return bytes;
+}
+
+std::string ArtifactReader::ReadUnchecked(const std::string& name) const {
   TORCH_CHECK(reader_->hasRecord(name), "artifact '", path_, "' has no record '", name, "'");
   at::DataPtr data;
   size_t size = 0;

@@ -1,6 +1,9 @@
 #pragma once
 
+#include <cstdint>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,8 +20,13 @@ namespace gpipe {
 
 // A pipelined artifact is one zip archive, written with LibTorch's own
 // PyTorchStreamWriter: `manifest.json` plus one record per stage module
-// (each itself a TorchScript archive). One file means one atomic rename.
+// (each itself a TorchScript archive), and last `checksums`, one line per
+// record: "NAME CRC32 BYTES". One file means one atomic rename. LibTorch's
+// zip reader does not check the zip's own CRCs, so without `checksums` a
+// flipped bit in a weight would load as a different model; artifacts from
+// before it (no such record) are read unchecked.
 constexpr const char* kManifestRecord = "manifest.json";
+constexpr const char* kChecksumsRecord = "checksums";
 
 struct ArtifactRecord {
   std::string name;
@@ -37,12 +45,21 @@ class ArtifactReader {
   explicit ArtifactReader(const std::string& path);
   ~ArtifactReader();
   const Manifest& manifest() const { return manifest_; }
-  std::string ReadRecord(const std::string& name) const;  // clear error if missing
+  // The record's bytes, checked against `checksums`; a clear error if it is
+  // missing or damaged.
+  std::string ReadRecord(const std::string& name) const;
   bool HasRecord(const std::string& name) const;
 
  private:
+  struct RecordChecksum {
+    uint32_t crc32 = 0;
+    size_t bytes = 0;
+  };
+  std::string ReadUnchecked(const std::string& name) const;
+
   std::string path_;
   std::unique_ptr<caffe2::serialize::PyTorchStreamReader> reader_;
+  std::optional<std::map<std::string, RecordChecksum>> checksums_;  // none: an older artifact
   Manifest manifest_;
 };
 

@@ -1,6 +1,5 @@
 #include "runtime/training_state.h"
 
-#include <boost/crc.hpp>
 #include <cstdio>
 #include <cstring>
 #include <sstream>
@@ -9,18 +8,13 @@
 #include <torch/serialize/archive.h>
 
 #include "runtime/checked_load.h"
+#include "runtime/checksum.h"
 
 namespace gpipe {
 namespace {
 
 constexpr int64_t kFormat = 1;
 constexpr char kHeaderFormat[] = "gpipe-training-state crc32 %08x bytes %zu\n";
-
-uint32_t Crc32(const char* data, size_t size) {
-  boost::crc_32_type crc;
-  crc.process_bytes(data, size);
-  return crc.checksum();
-}
 
 // The archive after the header, once its length and checksum match.
 std::string CheckedArchive(const std::string& bytes) {

@@ -114,6 +114,39 @@ TEST(BadArtifact, StageRecordThatIsNotTorchScript) {
   EXPECT_HAS(LoadError(dir.path("a.gpipe")), "stage 1 ('stage_1.pt') is not a loadable TorchScript module");
 }
 
+// LibTorch's zip reader skips the zip's CRCs, so a flipped bit in a weight
+// loaded as a different model; the `checksums` record refuses it, naming the
+// record. An artifact from before that record is read unchecked.
+TEST(BadArtifact, AFlippedBitIsRefusedNamingTheRecord) {
+  TempDir dir;
+  Compiled c = CompileTwoStages(dir);
+  const std::string good = ReadAll(dir.path("good.gpipe"));
+  const std::string manifest_text =
+      ArtifactReader(dir.path("good.gpipe")).ReadRecord("manifest.json");
+  for (const auto& [name, bytes] : std::vector<std::pair<std::string, std::string>>{
+           {"stage_1.pt", c.records[1].bytes}, {"manifest.json", manifest_text}}) {
+    const size_t at = good.find(bytes);
+    ASSERT_NE(at, std::string::npos) << name;
+    std::string damaged = good;
+    damaged[at + bytes.size() / 2] ^= 0x40;
+    std::ofstream(dir.path("a.gpipe"), std::ios::binary) << damaged;
+    EXPECT_EQ(
+        LoadError(dir.path("a.gpipe")),
+        "artifact '" + dir.path("a.gpipe") + "' is damaged: its record '" + name +
+            "' does not match the checksum written with it (the file changed after it was "
+            "saved); write it again with gpipe-compile, or resume from an earlier checkpoint");
+  }
+  std::vector<ArtifactRecord> records = c.records;
+  records.push_back({"checksums", "gpipe-checksums crc32\nstage_0.pt 12 x\n"});
+  WriteRawArtifact(dir.path("a.gpipe"), c.manifest.dump(), records);
+  EXPECT_EQ(LoadError(dir.path("a.gpipe")),
+            "artifact '" + dir.path("a.gpipe") +
+                "' is damaged: its checksums record is unreadable; write it again with "
+                "gpipe-compile, or resume from an earlier checkpoint");
+  WriteRawArtifact(dir.path("old.gpipe"), c.manifest.dump(), c.records);
+  EXPECT_EQ(LoadError(dir.path("old.gpipe")), "");
+}
+
 TEST(BadArtifact, CompileRejectsZeroChunksAndWritesNothing) {
   TempDir dir;
   auto result = RunCli("gpipe-compile", TestModel("mlp9.pt") + " -o " + dir.path("m.gpipe") + " --chunks 0");
