@@ -15,8 +15,9 @@ mkdir -p "$OUT" tests/fuzz/crashes
 FLAGS=(-std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize=vptr -D_GLIBCXX_USE_CXX11_ABI=1 -I.)
 case "$TARGET" in
   manifest)
-    clang++ "${FLAGS[@]}" tests/fuzz/fuzz_manifest.cpp runtime/manifest.cpp runtime/checkpoint_mode.cpp \
-      -lc10 -o "$OUT/fuzz_manifest"
+    clang++ "${FLAGS[@]}" -isystem /usr/include/torch/csrc/api/include tests/fuzz/fuzz_manifest.cpp runtime/manifest.cpp \
+      runtime/checkpoint_mode.cpp runtime/model_interface.cpp runtime/model_interface_json.cpp \
+      -ltorch_cpu -lc10 -o "$OUT/fuzz_manifest"
     CORPUS=tests/fuzz/corpus ;;
   data_readers)
     clang++ "${FLAGS[@]}" -isystem /usr/include/torch/csrc/api/include tests/fuzz/fuzz_data_readers.cpp \
