@@ -4,7 +4,9 @@
 # TARGET: manifest (manifest.json), data_readers (.npy, token files, the
 # training state of a checkpoint, .pt data files) or schedule (schedule CSV files). Crashes are written to tests/fuzz/crashes/;
 # add each, fixed, as a regression test (tests/runtime/test_manifest.cpp,
-# tests/runtime/test_data_source.cpp, tests/runtime/test_schedule_ir.cpp).
+# tests/runtime/test_data_source.cpp, tests/runtime/test_schedule_ir.cpp)
+# and keep the input in the target's corpus: ctest's FuzzCorpus.TARGET
+# replays every corpus through the target (tests/fuzz/CMakeLists.txt).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SECONDS_TO_RUN=${1:-60}
