@@ -8,6 +8,7 @@
 #include <torch/csrc/jit/passes/inliner.h>
 
 #include "passes/inline_module_calls.h"
+#include "passes/key_random_ops.h"
 #include "passes/scalarize_containers.h"
 
 namespace gpipe {
@@ -154,6 +155,9 @@ LoweredModel LowerModel(const torch::jit::Module& module) {
   // segmentation backbone's outputs) would otherwise tie every unit between
   // their uses into one: only tensors and plain values cross stages.
   ScalarizeContainers(lowered.graph);
+  // Each random op draws from a generator keyed by its place in the whole
+  // model, so draws do not depend on the split, schedule or threads.
+  KeyRandomOps(lowered.graph);
   // `return a, b` or `return {"logits": x}`: each tensor leaf becomes an
   // output, so that each can live on (and be gathered from) the stage that makes it.
   lowered.output_structure = FlattenReturn(*lowered.graph);

@@ -6,6 +6,7 @@
 #include <torch/csrc/jit/api/compilation_unit.h>
 #include <torch/csrc/jit/ir/alias_analysis.h>
 
+#include "runtime/keyed_random.h"
 #include "runtime/stage.h"
 
 namespace gpipe {
@@ -15,16 +16,6 @@ std::string AttributeName(size_t index, const std::string& dotted) {
   std::string name = "p" + std::to_string(index) + "_";
   for (char c : dotted) name += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
   return name;
-}
-
-bool UsesRng(const torch::jit::Block* block) {
-  for (const torch::jit::Node* node : block->nodes()) {
-    if (node->isNondeterministic()) return true;
-    for (const torch::jit::Block* sub : node->blocks()) {
-      if (UsesRng(sub)) return true;
-    }
-  }
-  return false;
 }
 
 // TorchScript source of the commit method for the deferred batch norms this
@@ -124,7 +115,7 @@ BuiltStage BuildStageModule(const StageGraph& stage, const std::vector<LiftedAtt
     m.type()->addMethod(cu->create_function(c10::QualifiedName(*m.type()->name(), name), method));
     return method;
   };
-  built.uses_rng = UsesRng(add_method("forward", stage.graph, activations)->block());
+  built.uses_rng = HasKeyedRandomOps(*add_method("forward", stage.graph, activations));
   if (recompute) {
     add_method(kForwardSavingMethod, recompute->forward_saving, activations);
     add_method(kRecomputeMethod, recompute->recompute, activations + recompute->saved_kinds.size());

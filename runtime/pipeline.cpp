@@ -8,9 +8,11 @@
 
 #include <torch/csrc/autograd/functions/utils.h>
 #include <torch/csrc/autograd/grad_mode.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/script.h>
 
 #include "runtime/artifact.h"
+#include "runtime/keyed_random.h"
 #include "runtime/peer_group.h"
 #include "runtime/pipeline_backward.h"
 #include "runtime/pipeline_core.h"
@@ -83,6 +85,32 @@ std::vector<std::optional<size_t>> AssignWorkers(const std::vector<Stage>& stage
     worker_of_stage.push_back(it->second);
   }
   return worker_of_stage;
+}
+
+// Which stages read which, and where the loss runs: the last stage producing a model output.
+StageFlow FlowOf(const Manifest& manifest, size_t num_stages) {
+  StageFlow flow;
+  flow.num_stages = num_stages;
+  flow.reads_from.resize(num_stages);
+  flow.read_by.resize(num_stages);
+  flow.feeds_loss.assign(num_stages, false);
+  for (size_t j = 0; j < num_stages; ++j) {
+    for (const ValueSource& source : manifest.stages[j].inputs) {
+      if (source.origin != ValueSource::Origin::StageOutput) continue;
+      const size_t p = static_cast<size_t>(source.stage);
+      auto& from = flow.reads_from[j];
+      if (std::find(from.begin(), from.end(), p) != from.end()) continue;
+      from.push_back(p);
+      flow.read_by[p].push_back(j);
+    }
+  }
+  for (const ValueSource& source : manifest.outputs) {
+    if (source.origin != ValueSource::Origin::StageOutput) continue;
+    const size_t s = static_cast<size_t>(source.stage);
+    flow.feeds_loss[s] = true;
+    flow.loss_stage = std::max(flow.loss_stage.value_or(0), s);
+  }
+  return flow;
 }
 
 // What every rank must agree on: the artifact (weights aside) and the options
@@ -179,6 +207,12 @@ Pipeline Pipeline::load(const std::string& path, const PipelineOptions& options)
     }
     stage.device = ParseDevice(entry.device);
     stage.module = LoadStageModule(reader, path, s, stage.device);
+    if (auto unkeyed = FirstUnkeyedRandomOp(*stage.module.get_method("forward").graph())) {
+      TORCH_CHECK(false, "'", path, "' was compiled by an older gpipe-compile: stage ", s, "'s ",
+                  *unkeyed,
+                  " draws from the shared generator instead of a keyed one, which this runtime "
+                  "no longer runs; compile the model again");
+    }
     stage.mutated_inputs = entry.mutated_inputs;
     stage.parameters = entry.parameters;
     stage.commits_batch_norm = stage.module.find_method(kCommitBatchNormMethod).has_value();
@@ -189,6 +223,7 @@ Pipeline Pipeline::load(const std::string& path, const PipelineOptions& options)
   TORCH_CHECK(options.threads_per_stage >= -1, "threads per stage is ", options.threads_per_stage,
               "; use a positive count, 0 (automatic) or -1 (LibTorch's default)");
   const int processes_per_machine = options.peers ? options.peers->options().local_world_size : 1;
+  core->flow = FlowOf(core->manifest, num_stages);
   core->worker_of_stage = AssignWorkers(core->stages, core->ranks, options.threads_per_stage,
                                         processes_per_machine, options.one_worker, core->workers);
   if (core->peers) {
@@ -217,8 +252,12 @@ std::shared_ptr<PipelineRun> Pipeline::StartRun(std::vector<c10::IValue> inputs,
   TORCH_CHECK(inputs.size() == manifest.input_names.size(), "the model takes ",
               manifest.input_names.size(), " inputs but forward got ", inputs.size());
   CheckArguments(manifest.arguments, inputs);
+  // Keys for this run's random draws: the seed torch::manual_seed set, and a
+  // step that every run (on every rank alike) advances.
+  const DrawKey draws{at::detail::getDefaultCPUGenerator().current_seed(),
+                      core_->next_draw_step++, 0};
   return std::make_shared<PipelineRun>(core_, Scatter(inputs, core_->chunks, manifest.arguments),
-                                       needs_grad);
+                                       needs_grad, draws);
 }
 
 // Deferred batch norm: the whole mini-batch's statistics, folded in once.
@@ -286,6 +325,9 @@ c10::IValue Pipeline::operator()(const std::vector<c10::IValue>& args, const Kwa
   if (!core_->ranks.HoldsOutputs()) return c10::IValue();
   return RebuildOutput(core_->manifest.output_structure, outputs);
 }
+
+uint64_t Pipeline::draw_step() const { return core_->next_draw_step; }
+void Pipeline::set_draw_step(uint64_t step) { core_->next_draw_step = step; }
 
 const std::vector<ForwardArgument>& Pipeline::signature() const { return core_->manifest.arguments; }
 
@@ -391,8 +433,7 @@ std::optional<std::string> Pipeline::ScheduleMisfit(int64_t micro_batches) const
            " rows";
   }
   try {
-    ValidateSchedule(
-        BuildSchedule(core_->schedule, core_->stages.size(), m, core_->virtual_stages));
+    core_->ScheduleFor(core_->schedule, m);  // built and validated once per count
   } catch (const std::invalid_argument& e) {
     return std::string(e.what());
   }

@@ -125,6 +125,14 @@ class Pipeline {
   // trainer's state). One process only: each rank's would differ.
   void save(const std::string& path, const std::vector<ArtifactRecord>& extra) const;
 
+  // Random numbers are drawn by key (keyed_random.h): (seed, step,
+  // micro-batch, op), the seed being the one torch::manual_seed set. This is
+  // the step keying the next forward or train_step; each call advances it by
+  // one (on every rank alike). The Trainer sets it to each mini-batch's place
+  // in the run, so that a resumed run draws what the uninterrupted one did.
+  uint64_t draw_step() const;
+  void set_draw_step(uint64_t step);
+
   // Task timing (see TaskTrace): off by default.
   void set_tracing(bool on);
   std::vector<TaskRecord> take_trace();

@@ -1,8 +1,8 @@
 // Several processes: what crosses between ranks during a run. Stage outputs
 // and their gradients travel as tagged messages (RankPlan::Message), the
-// model's outputs go to the rank holding them, and the random-number
-// generator's state travels as a token (PlanRngRelay). In one process none
-// of this runs: every stage is local.
+// model's outputs go to the rank holding them. Random draws need no
+// message: they are keyed (keyed_random.h). In one process none of this
+// runs: every stage is local.
 
 #include "runtime/pipeline_run.h"
 #include "runtime/value_transfer.h"
@@ -16,52 +16,6 @@ std::string OutputName(size_t stage, int64_t output, size_t micro_batch) {
 }
 
 }  // namespace
-
-// Several processes draw random numbers exactly as one process would: one
-// process's stages take turns on its one generator (RngTurnstile), so across
-// ranks the generator's state travels as a token, in the same ticket order.
-// Its home is the rank holding the outputs (where a whole-batch loss draws,
-// e.g. a random target); it leaves home for the first random task of `order`
-// (every rank's forwards, in the order all ranks agree on), goes from task to
-// task, and comes home after the last one. In train_step the forward that
-// completes a micro-batch's outputs holds it for that micro-batch's loss too. Hops between tasks of
-// one rank need no message. Recomputation replays saved states and does not move the token.
-void PipelineRun::PlanRngRelay(const std::vector<Action>& order) {
-  std::vector<Action> random;
-  for (const Action& a : order) {
-    if (TakesRngToken(a)) random.push_back(a);
-  }
-  const RankPlan& ranks = core_->ranks;
-  const size_t n = random.size();
-  auto holder = [&](size_t h) {  // h = 0 and n + 1: home; h = k + 1: task k
-    return h == 0 || h == n + 1 ? ranks.output_rank() : ranks.rank_of(random[h - 1].stage);
-  };
-  for (size_t k = 0; k < n; ++k) {
-    if (!ranks.IsLocal(random[k].stage)) continue;
-    Slot& slot = slots_[random[k].micro_batch][random[k].stage];
-    slot.rng_hop = k;
-    if (holder(k) != ranks.rank()) slot.rng_from = holder(k);
-    if (holder(k + 2) != ranks.rank()) slot.rng_to = holder(k + 2);
-  }
-  if (n == 0 || !ranks.HoldsOutputs()) return;
-  if (holder(1) != ranks.rank()) SendRngState(holder(1), 0);
-  if (holder(n) != ranks.rank()) {
-    rng_home_from_ = holder(n);
-    rng_home_hop_ = n;
-  }
-}
-
-void PipelineRun::SendRngState(int peer, size_t hop) {
-  core_->peers->Send(CaptureRngState(c10::Device(c10::kCPU)).cpu, peer,
-                     2 * core_->ranks.RngMessage(hop), "the random-number generator's state");
-}
-
-void PipelineRun::ReceiveRngState(int peer, size_t hop) {
-  RngState state = CaptureRngState(c10::Device(c10::kCPU));  // for its size
-  core_->peers->Recv(state.cpu, peer, 2 * core_->ranks.RngMessage(hop),
-                     "the random-number generator's state");
-  RestoreRngState(state);
-}
 
 bool PipelineRun::IsRemote(const ValueSource& source) const {
   return source.origin == ValueSource::Origin::StageOutput && !core_->ranks.IsLocal(source.stage);

@@ -1,9 +1,7 @@
 #pragma once
 
-#include <condition_variable>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -12,7 +10,8 @@
 #include "runtime/microbatch.h"
 #include "runtime/pipeline_core.h"
 #include "runtime/recompute.h"
-#include "runtime/rng_turnstile.h"
+#include "runtime/executor.h"
+#include "runtime/keyed_random.h"
 #include "runtime/schedule_order.h"
 
 namespace gpipe {
@@ -42,7 +41,10 @@ using RunMicroBatchLoss =
 // forward that completes its outputs, so 1F1B can start backwards early.
 class PipelineRun {
  public:
-  PipelineRun(std::shared_ptr<PipelineCore> core, MicroBatches micro_batches, bool needs_grad);
+  // `draws`: the seed and step that key this run's random draws (keyed_random.h);
+  // its micro_batch is ignored (each task sets its own).
+  PipelineRun(std::shared_ptr<PipelineCore> core, MicroBatches micro_batches, bool needs_grad,
+              DrawKey draws);
 
   void Forward();
 
@@ -65,7 +67,8 @@ class PipelineRun {
   // Threading contract. Slot (i, j) is written only by the tasks of stage j
   // for micro-batch i, which run one after another on stage j's thread: F
   // fills inputs and outputs, B or I and W read them and free the slot.
-  // Other threads touch it at two points, each ordered by `progress_`:
+  // Other threads touch it at two points, each ordered by the executor's
+  // waits (a task starts only after the tasks it depends on are done):
   // consumers' F read its outputs after F(j, i) is marked done, and
   // consumers' B or I (and the loss) add into its output_grads before B or
   // I (j, i) may start, one at a time, since each waits for the next
@@ -77,43 +80,21 @@ class PipelineRun {
     std::vector<at::Tensor> output_grads;
     bool checkpointed = false;
     std::vector<c10::IValue> saved;  // selective: what the forward kept for the recompute
-    RngState rng;  // generator state before the forward, for an exact recompute
-    // Several processes: the rank handing this task the generator state and
-    // the rank it hands it on to (nullopt: this rank, no message).
-    std::optional<int> rng_from;
-    std::optional<int> rng_to;
-    size_t rng_hop = 0;
     // I ran, W not yet: what W backpropagates into the weights.
     std::vector<at::Tensor> pending_outputs;
     std::vector<at::Tensor> pending_grads;
   };
 
-  // Which actions have finished, for the executor's waits.
-  struct Progress {
-    std::mutex mutex;
-    std::condition_variable changed;
-    std::vector<std::vector<bool>> forward_done;      // [micro-batch][stage]
-    std::vector<std::vector<bool>> input_grads_done;  // B or I done: gradients handed on
-    std::vector<bool> loss_done;                      // [micro-batch]
-    bool failed = false;  // a task threw: the others stop waiting and skip
-  };
-
-  // The executor: runs `order` on the workers, each action once its
-  // dependencies are done, random draws in `order.global`'s order.
-  void Execute(const ActionOrder& order);
-  // Execute, and in several processes the generator's relay around it.
-  void ExecuteOnEveryRank(const Schedule& schedule, const std::function<bool(const Action&)>& keep);
-  ActionOrder OrderFor(const Schedule& schedule,
-                       const std::function<bool(const Action&)>& keep) const;
-  // Blocks until `action`'s dependencies are done; false if a task failed.
-  bool WaitForDependencies(const Action& action);
-  void MarkDone(const Action& action);
-  void Fail();  // a task threw: wake every waiting task so that it skips
+  // The executor (executor.h) runs `plan`'s actions with RunAction as the
+  // task body; a failure reported is the first in the plan's order.
+  void Execute(const ExecutionPlan& plan);
   // What the caller's loss threw, passed through unchanged (it is not a stage's failure).
   struct LossFailure {
     std::exception_ptr cause;
   };
-  void RunAction(const Action& action, std::optional<uint64_t> ticket);
+  void RunAction(const Action& action);
+  // The key of micro-batch i's draws (every stage's forward and recompute).
+  DrawKey DrawKeyOf(size_t i) const { return {draws_.seed, draws_.step, i}; }
 
   // The task bodies (pipeline_tasks.cpp).
   void RunForwardTask(size_t i, size_t j);
@@ -138,12 +119,6 @@ class PipelineRun {
   void SendModelOutputGrads(const std::vector<at::Tensor>& output_grads);
   c10::IValue ReceiveModelOutput(size_t i, size_t k);  // one (the loss inside the schedule)
   void SendModelOutputGrad(size_t i, size_t k, const at::Tensor& grad);
-  // Forwards drawing random numbers, or running a loss that may: they hold
-  // the generator's state in turn (PlanRngRelay).
-  bool TakesRngToken(const Action& action) const;
-  void PlanRngRelay(const std::vector<Action>& order);
-  void SendRngState(int peer, size_t hop);
-  void ReceiveRngState(int peer, size_t hop);
 
   std::shared_ptr<PipelineCore> core_;
   MicroBatches micro_batches_;
@@ -151,19 +126,10 @@ class PipelineRun {
   std::vector<std::vector<Slot>> slots_;          // [micro-batch][stage]
   std::vector<std::vector<at::Tensor>> input_grads_;  // [micro-batch][model input]
   std::vector<std::vector<c10::IValue>> remote_outputs_;  // [micro-batch][model output] from other ranks
-  // The rank returning the generator state after the forward (see PlanRngRelay).
-  std::optional<int> rng_home_from_;
-  size_t rng_home_hop_ = 0;
-  Progress progress_;
+  DrawKey draws_;
   const RunMicroBatchLoss* loss_ = nullptr;  // set while TrainStep runs
   std::vector<double> losses_;               // [micro-batch], written by RunLoss
   std::optional<size_t> loss_stage_;         // the last stage producing a model output
-  // The data flow between stages, for the executor's waits: per stage the
-  // stages it reads from and those reading it, and whether it produces a
-  // model output (whose gradient the loss gives).
-  std::vector<std::vector<size_t>> producers_;
-  std::vector<std::vector<size_t>> consumers_;
-  std::vector<bool> produces_output_;
 };
 
 }  // namespace gpipe

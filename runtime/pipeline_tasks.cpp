@@ -49,8 +49,9 @@ void PipelineRun::RunForwardTask(size_t i, size_t j) {
     any_grad = any_grad || carries;
     slot.inputs.push_back(StageInput(v, stage.device, carries, *core_->copies));
   }
+  // Micro-batch i's draws, the same wherever and whenever this task runs (and when it recomputes).
+  DrawScope draws(DrawKeyOf(i), stage.device);
   if (slot.checkpointed) {
-    if (stage.uses_rng) slot.rng = CaptureRngState(stage.device);
     at::NoGradGuard no_grad;
     if (RunsRecomputePlan(core_->checkpoint)) {
       Stage::SavingRun run = stage.RunSaving(slot.inputs);
@@ -131,8 +132,8 @@ c10::Device PipelineRun::InputDevice(size_t k) const {
   return micro_batches_.inputs[0][k].toTensor().device();  // only tensor inputs get gradients
 }
 
-// Recomputes a checkpointed slot's graph, replaying the forward's random
-// draws: the whole stage, or (selective) all but the values its forward saved. `buffers` restores
+// Recomputes a checkpointed slot's graph with the forward's random draws
+// (the same key): the whole stage, or (selective) all but the values its forward saved. `buffers` restores
 // the stage's buffers once the caller's backward is done.
 void PipelineRun::RecomputeIfCheckpointed(size_t i, size_t j,
                                           std::optional<BufferSnapshot>& buffers) {
@@ -140,11 +141,7 @@ void PipelineRun::RecomputeIfCheckpointed(size_t i, size_t j,
   if (!slot.checkpointed) return;
   Stage& stage = core_->stages[j];
   buffers.emplace(stage.module);
-  RngState current;
-  if (stage.uses_rng) {
-    current = CaptureRngState(stage.device);
-    RestoreRngState(slot.rng);
-  }
+  DrawScope draws(DrawKeyOf(i), stage.device);
   RecomputeScope recompute;
   at::AutoGradMode grad_mode(true);
   int64_t start = core_->trace.enabled() ? TaskTrace::NowNs() : 0;
@@ -158,7 +155,6 @@ void PipelineRun::RecomputeIfCheckpointed(size_t i, size_t j,
     core_->trace.Record({j, i, TaskRecord::Phase::Recompute, *core_->worker_of_stage[j], start,
                          TaskTrace::NowNs()});
   }
-  if (stage.uses_rng) RestoreRngState(current);
 }
 
 // B, or its halves: I (the inputs' gradients, handed on at once, the graph

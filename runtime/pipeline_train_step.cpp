@@ -50,9 +50,7 @@ double Pipeline::train_step(const std::vector<c10::IValue>& inputs,
   const std::optional<Schedule>& planned = core_->planned_schedule;
   // set_chunks may have changed the count load checked.
   if (auto misfit = ScheduleMisfit(static_cast<int64_t>(sizes.size()))) TORCH_CHECK(false, *misfit);
-  const Schedule schedule = planned ? *planned
-                                    : BuildSchedule(core_->schedule, core_->stages.size(),
-                                                    sizes.size(), core_->virtual_stages);
+  const Schedule& schedule = planned ? *planned : core_->ScheduleFor(core_->schedule, sizes.size());
   double total = 0.0;
   try {
     total = run->TrainStep(schedule, [&](size_t i, const std::vector<at::Tensor>& outputs) {

@@ -73,11 +73,6 @@ int RankPlan::SaveMessage(size_t stage) const {
   return static_cast<int>(kMaxMessages + static_cast<int64_t>(stage));
 }
 
-int RankPlan::RngMessage(size_t hop) const {
-  TORCH_CHECK(static_cast<int64_t>(hop) < kMaxMessages / 2, "too many random-number hops in one step");
-  return static_cast<int>(kMaxMessages + kMaxMessages / 2 + static_cast<int64_t>(hop));
-}
-
 std::vector<int> ParseRanks(const std::vector<std::string>& items) {
   std::vector<int> ranks;
   for (const auto& item : items) {

@@ -50,10 +50,8 @@ class RankPlan {
   // (see SendValue): unique per direction, micro-batch and consuming input.
   int Message(bool backward, size_t micro_batch, size_t num_micro_batches, int64_t consumer,
               int64_t input) const;
-  // Messages outside a step's values: a stage's weights when saving, and the
-  // hops of the random-number generator's state (see PipelineRun).
+  // Messages outside a step's values: a stage's weights when saving.
   int SaveMessage(size_t stage) const;
-  int RngMessage(size_t hop) const;
 
  private:
   int rank_ = 0;

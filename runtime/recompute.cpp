@@ -2,6 +2,7 @@
 
 #include <torch/library.h>
 
+#include "runtime/keyed_random.h"
 #include "runtime/saved_ops.h"
 
 namespace gpipe {
@@ -31,4 +32,5 @@ BufferSnapshot::~BufferSnapshot() {
 TORCH_LIBRARY(gpipe, m) {
   m.def("is_recomputing() -> bool", &gpipe::is_recomputing);
   gpipe::DefineSavedOps(m);
+  gpipe::DefineKeyedRandomOps(m);
 }

@@ -299,4 +299,17 @@ std::string FormatTable(const Schedule& schedule) {
   return out.str();
 }
 
+StageFlow StageFlow::Chain(size_t stages) {
+  StageFlow flow;
+  flow.num_stages = stages;
+  flow.reads_from.resize(stages);
+  flow.read_by.resize(stages);
+  flow.feeds_loss.assign(stages, false);
+  for (size_t s = 1; s < stages; ++s) {
+    flow.reads_from[s].push_back(s - 1);
+    flow.read_by[s - 1].push_back(s);
+  }
+  return flow;
+}
+
 }  // namespace gpipe

@@ -126,6 +126,57 @@ Schedule BuildZeroBubbleH1(size_t stages, size_t micro_batches);
 Schedule BuildSchedule(const std::string& name, size_t stages, size_t micro_batches,
                        size_t virtual_stages = 1);
 
+// The stages' data flow, for what an action waits for. A plain pipeline is a
+// chain; a compiled model may also route skips (stage 3 reads stage 0's
+// output) and compute its loss inside the schedule, in the forward of the
+// last stage producing an output.
+struct StageFlow {
+  size_t num_stages = 0;
+  std::vector<std::vector<size_t>> reads_from;  // per stage: the stages whose outputs it reads
+  std::vector<std::vector<size_t>> read_by;     // per stage: the stages reading its outputs
+  std::optional<size_t> loss_stage;  // train_step: its forward also runs the micro-batch's loss
+  std::vector<bool> feeds_loss;      // per stage: produces a model output
+  static StageFlow Chain(size_t stages);  // stage s reads s - 1; no loss in the schedule
+};
+
+// What `action` waits for: the one rule ValidateSchedule simulates (over a
+// chain) and the executor runs (over the model's flow).
+//   F(s,m): F(s-1,m) and F of every stage s reads from;
+//   B or I (s,m): F(s,m), the B or I of s+1 and of every stage reading s,
+//     and F(loss_stage,m) when s feeds the loss;
+//   W(s,m): I(s,m).
+// A "B or I" of another stage is returned with `input_grad_kind(stage, m)`:
+// whichever of the two the schedule runs.
+template <typename InputGradKind>
+std::vector<Action> ActionDependencies(const Action& action, const StageFlow& flow,
+                                       const InputGradKind& input_grad_kind) {
+  const size_t s = action.stage;
+  const size_t m = action.micro_batch;
+  std::vector<Action> needs;
+  switch (action.kind) {
+    case ActionKind::kForward:
+      if (s > 0) needs.push_back({ActionKind::kForward, s - 1, m});
+      for (size_t p : flow.reads_from[s]) {
+        if (p + 1 != s) needs.push_back({ActionKind::kForward, p, m});
+      }
+      break;
+    case ActionKind::kBackward:
+    case ActionKind::kBackwardInput:
+      needs.push_back({ActionKind::kForward, s, m});
+      if (s + 1 < flow.num_stages) needs.push_back({input_grad_kind(s + 1, m), s + 1, m});
+      for (size_t c : flow.read_by[s]) {
+        if (c != s + 1) needs.push_back({input_grad_kind(c, m), c, m});
+      }
+      if (flow.loss_stage && flow.feeds_loss[s] && *flow.loss_stage != s)
+        needs.push_back({ActionKind::kForward, *flow.loss_stage, m});
+      break;
+    case ActionKind::kBackwardWeight:
+      needs.push_back({ActionKind::kBackwardInput, s, m});
+      break;
+  }
+  return needs;
+}
+
 // Worker rows x time-step columns as ValidateSchedule simulates them (every
 // action one time step, an action starts once its dependencies finished in an
 // earlier step), "." for an idle step, then a line with the bubble fraction

@@ -43,7 +43,8 @@ class ScheduleChecker {
       : schedule_(schedule),
         stages_(schedule.num_stages),
         micro_batches_(schedule.num_micro_batches),
-        position_(4 * stages_ * micro_batches_) {}
+        position_(4 * stages_ * micro_batches_),
+        flow_(StageFlow::Chain(stages_)) {}
 
   ScheduleStats Run() {
     CheckShape();
@@ -182,31 +183,14 @@ class ScheduleChecker {
     }
   }
 
-  // What `action` waits for, most local first.
+  // What `action` waits for: the rule the executor runs too, over a chain.
   std::vector<Action> DependenciesOf(const Action& action) const {
-    const size_t stage = action.stage;
-    const size_t mb = action.micro_batch;
-    switch (action.kind) {
-      case ActionKind::kForward:
-        if (stage == 0) return {};
-        return {{ActionKind::kForward, stage - 1, mb}};
-      case ActionKind::kBackward:
-      case ActionKind::kBackwardInput: {
-        std::vector<Action> needs = {{ActionKind::kForward, stage, mb}};
-        if (stage + 1 < stages_) {
-          // The next stage hands back its input gradient from B or from I,
-          // whichever it runs (CheckComplete made that exactly one).
-          const ActionKind next = Has(ActionKind::kBackwardInput, stage + 1, mb)
-                                      ? ActionKind::kBackwardInput
-                                      : ActionKind::kBackward;
-          needs.push_back({next, stage + 1, mb});
-        }
-        return needs;
-      }
-      case ActionKind::kBackwardWeight:
-        return {{ActionKind::kBackwardInput, stage, mb}};
-    }
-    return {};
+    return ActionDependencies(action, flow_, [this](size_t stage, size_t mb) {
+      // The stage hands back its input gradient from B or from I, whichever
+      // it runs (CheckComplete made that exactly one).
+      return Has(ActionKind::kBackwardInput, stage, mb) ? ActionKind::kBackwardInput
+                                                        : ActionKind::kBackward;
+    });
   }
 
   void Simulate(ScheduleStats* stats) const {
@@ -295,6 +279,7 @@ class ScheduleChecker {
   const size_t stages_;
   const size_t micro_batches_;
   std::vector<std::optional<Position>> position_;  // by Slot
+  StageFlow flow_;
 };
 
 }  // namespace

@@ -13,7 +13,7 @@
 #include <torch/serialize/archive.h>
 
 #include "runtime/peer_group.h"
-#include "runtime/rng_turnstile.h"
+#include "runtime/rng_state.h"
 
 namespace gpipe {
 namespace {
@@ -200,6 +200,8 @@ int64_t Trainer::Run(const std::function<void(const StepReport&)>& on_step,
       // Each micro-batch's share, kept (unsynchronized) to name a NaN's source.
       std::mutex shares_mutex;
       std::map<size_t, std::pair<MicroBatchRows, at::Tensor>> micro_losses;
+      // Draws keyed by the mini-batch's place in the run: a resumed run draws the same.
+      pipe_.set_draw_step(static_cast<uint64_t>(epoch * batches_per_epoch() + batches_done_));
       double loss =
           pipe_.train_step(AsArguments(batch),
                            [&](const MicroBatchRows& rows, const std::vector<at::Tensor>& outputs) {

@@ -10,7 +10,11 @@
 #include <torch/script.h>
 #include <torch/torch.h>
 
+#include <torch/csrc/jit/api/function_impl.h>
+
 #include "compiler/compile.h"
+#include "compiler/model_loader.h"
+#include "runtime/keyed_random.h"
 #include "runtime/pipeline.h"
 
 namespace gpipe::testing {
@@ -21,15 +25,29 @@ struct RunResult {
   at::Tensor input_grad;
 };
 
-// Forward + sum().backward() on the unpipelined model; dropout draws from
-// `seed` when `train`.
+// Forward + sum().backward() on the unpipelined model. When `train`, the
+// model runs as one graph (the compiler's lowering, random ops keyed) with
+// the draws of key (seed, step 0, micro-batch 0): what a pipeline of one
+// micro-batch draws in its first run after torch::manual_seed(seed), however
+// it is split (runtime/keyed_random.h).
 inline RunResult RunOriginal(const std::string& model_path, const at::Tensor& input, bool train,
                              uint64_t seed) {
   auto m = torch::jit::load(model_path);
   m.train(train);
   torch::manual_seed(seed);
   RunResult r;
-  r.output = m.forward({input}).toTensor();
+  if (train) {
+    LoweredModel lowered = LowerModel(m);
+    std::vector<c10::IValue> stack{input};
+    for (const auto& a : lowered.attributes) stack.push_back(a.value);
+    EXPECT_EQ(stack.size(), lowered.graph->inputs().size());
+    torch::jit::GraphFunction whole("keyed_original", lowered.graph, nullptr);
+    DrawScope draws({seed, 0, 0}, input.device());
+    c10::IValue out = whole(stack);
+    r.output = out.isTuple() ? out.toTupleRef().elements().at(0).toTensor() : out.toTensor();
+  } else {
+    r.output = m.forward({input}).toTensor();
+  }
   r.output.sum().backward();
   for (const auto& p : m.named_parameters()) r.grads[p.name] = p.value.grad().clone();
   if (input.requires_grad()) r.input_grad = input.grad().clone();
@@ -38,6 +56,7 @@ inline RunResult RunOriginal(const std::string& model_path, const at::Tensor& in
 
 inline RunResult RunPipeline(Pipeline& pipe, const at::Tensor& input, bool train, uint64_t seed) {
   pipe.train(train);
+  pipe.set_draw_step(0);  // the key RunOriginal draws with
   for (auto& p : pipe.parameters()) p.mutable_grad() = at::Tensor();
   torch::manual_seed(seed);
   RunResult r;

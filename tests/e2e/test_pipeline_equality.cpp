@@ -58,8 +58,8 @@ INSTANTIATE_TEST_SUITE_P(StagesAndChunks, SequentialSplit,
                          ::testing::Combine(::testing::Values(1, 2, 3, 8), ::testing::Values(1, 3, 8)));
 
 TEST(PipelineEquality, DropoutInTrainingWithOneMicroBatchIsBitwiseEqual) {
-  // One micro-batch: stages run one after another, drawing dropout masks in
-  // the original order from the same seed.
+  // One micro-batch: every stage draws its dropout masks with the key the
+  // whole (unsplit, keyed) model draws with.
   TempDir dir;
   CompileModel(TestModel("mlp9.pt"), dir.path("m.gpipe"), Options(4, 1));
   Pipeline pipe = LoadWithTheOriginalsThreads(dir.path("m.gpipe"));

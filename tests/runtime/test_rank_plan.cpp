@@ -96,7 +96,6 @@ TEST(RankPlan, MessagesAreUniqueWithinAStep) {
     }
   }
   for (size_t s = 0; s < 4; ++s) EXPECT_TRUE(seen.insert(plan.SaveMessage(s)).second);
-  for (size_t hop = 0; hop < 30; ++hop) EXPECT_TRUE(seen.insert(plan.RngMessage(hop)).second);
   for (int id : seen) EXPECT_LT(2 * static_cast<int64_t>(id) + 1, int64_t{1} << 31);
 }
 

@@ -1,4 +1,4 @@
-#include "runtime/rng_turnstile.h"
+#include "runtime/rng_state.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #ifdef GPIPE_WITH_CUDA
@@ -6,19 +6,6 @@
 #endif
 
 namespace gpipe {
-
-RngTurnstile::Turn::Turn(RngTurnstile& turnstile, uint64_t ticket) : turnstile_(turnstile) {
-  std::unique_lock<std::mutex> lock(turnstile_.mutex_);
-  turnstile_.turn_.wait(lock, [&] { return turnstile_.serving_ == ticket; });
-}
-
-RngTurnstile::Turn::~Turn() {
-  {
-    std::lock_guard<std::mutex> lock(turnstile_.mutex_);
-    ++turnstile_.serving_;
-  }
-  turnstile_.turn_.notify_all();
-}
 
 RngState CaptureRngState(const c10::Device& device) {
   RngState state;
