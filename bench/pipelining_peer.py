@@ -22,9 +22,11 @@ last Linear. Stage s runs on rank s % world (with 2 stages per rank: stages
     interleaved-1f1b  ScheduleInterleaved1F1B         --virtual-stages per rank (default 2)
     zb-h1             ScheduleInterleavedZeroBubble   1 stage per rank (ZB1P, i.e. ZB-H1 at V=1)
 
-The loss is gpipe-run --loss sum's: each micro-batch's output.sum(), gradients
-not scaled by the micro-batch count (scale_grads=False); then SGD (--lr) on each
-rank's stages. Intra-op threads: --threads (default 1) per process.
+The loss is gpipe-run --loss mse's on random inputs: the mean squared error
+against a random target drawn after the input from the same seed (so the same
+values as gpipe-run's), each micro-batch contributing its share of the
+mini-batch's mean (scale_grads=False); then SGD (--lr) on each rank's stages.
+The values stay finite (each step's loss is printed, as gpipe-run prints its). Intra-op threads: --threads (default 1) per process.
 
 Measured per rank: each step's wall time from a barrier to the end of the
 optimizer step; samples/s = batch / step time; the median over steps 2..N
@@ -145,8 +147,14 @@ def run(args, rank: int, world: int, runtime_rss: float) -> int:
         stages.append(pipelining.PipelineStage(sub, s, num_stages, device))
     del model, layers
 
-    def loss_fn(output, target):  # gpipe-run --loss sum: output.sum() per micro-batch
-        return output.sum()
+    count = args.batch * args.out_features
+
+    def loss_fn(output, target):
+        # gpipe-run --loss mse on random inputs: each micro-batch's share of the
+        # mini-batch's mean squared error against a fixed random target
+        # (summed over its rows, divided by the whole batch's elements); the
+        # shares add up to the mean, so gradients are not scaled again.
+        return nn.functional.mse_loss(output, target, reduction="sum") / count
 
     cls = getattr(pipelining, SCHEDULES[args.schedule])
     if args.schedule in SINGLE_STAGE:
@@ -156,9 +164,9 @@ def run(args, rank: int, world: int, runtime_rss: float) -> int:
     params = [q for st in stages for q in st.submod.parameters()]
     optimizer = torch.optim.SGD(params, lr=args.lr)
 
-    torch.manual_seed(args.seed)
+    torch.manual_seed(args.seed)  # gpipe-run draws its input, then its target, after this seed
     x = torch.randn(args.batch, args.in_features)
-    target = torch.zeros(args.batch, args.out_features)  # unused by the sum loss; the API wants one
+    target = torch.randn(args.batch, args.out_features)
     has_first, has_last = 0 in local, num_stages - 1 in local
 
     if rank == 0:
@@ -178,6 +186,8 @@ def run(args, rank: int, world: int, runtime_rss: float) -> int:
         schedule.step(*step_args, **kwargs)
         optimizer.step()
         seconds.append(time.perf_counter() - start)
+        if has_last:  # the values stay finite: both sides print their losses
+            print(f"[loss] step {step}/{args.steps}  loss {sum(float(l) for l in losses):.6f}", flush=True)
         if rank == 0:
             print(f"step {step}/{args.steps}  {args.batch / seconds[-1]:.1f} samples/s (rank 0)", flush=True)
     rss_after = max_rss_mib()

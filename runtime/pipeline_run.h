@@ -28,8 +28,8 @@ using RunMicroBatchLoss =
 // (micro-batch, stage) owns a small autograd graph. The executor (Execute)
 // runs a schedule's action list: F runs a stage's forward, B backpropagates
 // its own graph with torch::autograd::backward and hands its input leaves'
-// gradients to the producing stages, I and W are B's halves (input
-// gradients first, the weights' later). That explicit order is what
+// gradients to the producing stages, I and W are B's halves (I runs the one
+// backward pass and hands the input gradients on, W adds the weights' in). That explicit order is what
 // torchgpipe's Fork/Join phony edges enforce inside one autograd graph; here
 // no extra edges are needed, and a checkpointed task recomputes its graph
 // first.
@@ -80,9 +80,8 @@ class PipelineRun {
     std::vector<at::Tensor> output_grads;
     bool checkpointed = false;
     std::vector<c10::IValue> saved;  // selective: what the forward kept for the recompute
-    // I ran, W not yet: what W backpropagates into the weights.
-    std::vector<at::Tensor> pending_outputs;
-    std::vector<at::Tensor> pending_grads;
+    // I ran, W not yet: each weight and the gradient I computed for it.
+    std::vector<std::pair<at::Tensor, at::Tensor>> pending_weight_grads;
   };
 
   // The executor (executor.h) runs `plan`'s actions with RunAction as the

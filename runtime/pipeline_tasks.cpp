@@ -157,19 +157,17 @@ void PipelineRun::RecomputeIfCheckpointed(size_t i, size_t j,
   }
 }
 
-// B, or its halves: I (the inputs' gradients, handed on at once, the graph
-// kept) and W (the weights' gradients from that graph, later).
+// B, or its halves: I (the inputs' gradients, handed on at once, and the
+// weights', kept) and W (the kept weight gradients added into .grad, later).
 void PipelineRun::RunBackwardTask(size_t i, size_t j, ActionKind kind) {
   Stage& stage = core_->stages[j];
   Slot& slot = slots_[i][j];
   if (kind == ActionKind::kBackwardWeight) {
-    std::vector<at::Tensor> weights;
-    for (const auto& p : stage.module.parameters()) {
-      if (p.requires_grad()) weights.push_back(p);
-    }
-    if (!slot.pending_outputs.empty() && !weights.empty()) {
-      at::AutoGradMode grad_mode(true);
-      torch::autograd::backward(slot.pending_outputs, slot.pending_grads, false, false, weights);
+    // The weights' gradients I computed, added in as AccumulateGrad would.
+    for (auto& [weight, grad] : slot.pending_weight_grads) {
+      if (!grad.defined()) continue;
+      at::Tensor& into = weight.mutable_grad();
+      into = into.defined() ? into + grad : grad;
     }
     slot = Slot();  // this (micro-batch, stage) is finished: free its activations
     return;
@@ -198,6 +196,9 @@ void PipelineRun::RunBackwardTask(size_t i, size_t j, ActionKind kind) {
         if (CarriesGrad(slot.inputs[n])) input_grads[n] = slot.inputs[n].toTensor().grad();
       }
     } else {
+      // One backward pass for the inputs and the weights together (the graph
+      // is freed here); W only adds the weights' part in. So I + W cost one
+      // B, and the previous stage gets its gradient as early as from I.
       std::vector<size_t> which;
       std::vector<at::Tensor> leaves;
       for (size_t n = 0; n < stage.inputs.size(); ++n) {
@@ -205,17 +206,26 @@ void PipelineRun::RunBackwardTask(size_t i, size_t j, ActionKind kind) {
         which.push_back(n);
         leaves.push_back(slot.inputs[n].toTensor());
       }
+      const size_t num_inputs = leaves.size();
+      std::vector<at::Tensor> weights;
+      for (const auto& p : stage.module.parameters()) {
+        if (p.requires_grad()) weights.push_back(p);
+      }
+      leaves.insert(leaves.end(), weights.begin(), weights.end());
       if (!leaves.empty()) {
-        auto got = torch::autograd::grad(outs, leaves, grads, /*retain_graph=*/true, false,
+        auto got = torch::autograd::grad(outs, leaves, grads, /*retain_graph=*/false, false,
                                          /*allow_unused=*/true);
         for (size_t k = 0; k < which.size(); ++k) input_grads[which[k]] = got[k];
+        for (size_t k = 0; k < weights.size(); ++k)
+          slot.pending_weight_grads.emplace_back(weights[k], got[num_inputs + k]);
       }
-      slot.pending_outputs = outs;
-      slot.pending_grads = grads;
     }
   }
   HandInputGrads(i, j, input_grads);
-  if (kind == ActionKind::kBackward) slot = Slot();  // finished: free its activations
+  // Finished, but for W's weight gradients: free its activations.
+  auto pending = std::move(slot.pending_weight_grads);
+  slot = Slot();
+  slot.pending_weight_grads = std::move(pending);
 }
 
 void PipelineRun::HandInputGrads(size_t i, size_t j, const std::vector<at::Tensor>& grads) {

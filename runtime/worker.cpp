@@ -1,5 +1,6 @@
 #include "runtime/worker.h"
 
+#include <dlfcn.h>
 #include <pthread.h>
 
 #include <exception>
@@ -34,7 +35,14 @@ std::future<void> Worker::Submit(std::function<void()> task) {
 void Worker::Loop() {
   // "gp:cpu/stage0" shows in top, gdb and perf (names are cut at 15 bytes).
   ::pthread_setname_np(::pthread_self(), ("gp:" + name_).substr(0, 15).c_str());
-  if (intra_op_threads_ > 0) at::set_num_threads(intra_op_threads_);
+  if (intra_op_threads_ > 0) {
+    at::set_num_threads(intra_op_threads_);  // ATen's pool, OpenMP's and MKL's
+    // OpenBLAS (Debian's LibTorch) keeps a pool of its own that
+    // at::set_num_threads does not size; its count is process-wide.
+    using SetThreads = void (*)(int);
+    if (auto set = reinterpret_cast<SetThreads>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads")))
+      set(intra_op_threads_);
+  }
   for (;;) {
     std::packaged_task<void()> task;
     {

@@ -16,7 +16,8 @@ namespace gpipe {
 //
 // `intra_op_threads` > 0 sets the worker's own ATen intra-op thread count
 // (OpenMP's thread count is a per-thread setting), so that S CPU stages on C
-// cores can use C/S threads each instead of C each.
+// cores can use C/S threads each instead of C each; where OpenBLAS does the
+// matrix products (Debian's LibTorch) its own pool is sized to that count too.
 class Worker {
  public:
   explicit Worker(std::string name, int intra_op_threads = 0);
