@@ -19,6 +19,16 @@
 //   %e = aten::empty_like(%x, %none, %none, %none, %none, %none)
 //   %r = aten::uniform_(%e, 0., 1., %g2)
 //
+// Attention draws its dropout mask inside ATen's op, which takes no generator:
+//   %a = aten::scaled_dot_product_attention(%q, %k, %v, %mask, %p, %causal, %scale, %gqa)
+// becomes
+//   %g3 = gpipe::keyed_generator(3)
+//   %a = gpipe::scaled_dot_product_attention(%q, %k, %v, %mask, %p, %causal, %scale, %gqa, %g3)
+// (ATen's op itself when %p is 0 at run time, so eval and dropout-free
+// models compute exactly what they did). Every such call is keyed, even one
+// whose %p is a constant 0: the runtime then has one rule, "ATen's attention
+// is random", to refuse stages compiled before the rewrite.
+//
 // Outside a runtime draw scope keyed_generator returns None, so the
 // rewritten graph draws from the default generator as the original did.
 // New nodes copy the replaced node's metadata (its call stack), so they stay
@@ -152,6 +162,25 @@ class RandomOpKeyer {
     Replace(node, copy);
   }
 
+  // scaled_dot_product_attention(q, k, v, mask, p, causal[, scale[, enable_gqa]]): torch 2.0
+  // has no scale, 2.1-2.4 no enable_gqa; the keyed op takes all eight.
+  bool KeyAttention(Node* node) {
+    const size_t n = node->inputs().size();
+    if (node->kind().toQualString() != std::string("aten::scaled_dot_product_attention") || n < 6 ||
+        n > 8) {
+      return false;
+    }
+    Value* generator = NextGenerator(node);
+    torch::jit::WithInsertPoint guard(node);
+    std::vector<Value*> inputs(node->inputs().begin(), node->inputs().end());
+    if (n < 7) inputs.push_back(graph_->insertConstant(c10::IValue()));  // scale: None
+    if (n < 8) inputs.push_back(graph_->insertConstant(false));          // enable_gqa
+    inputs.push_back(generator);
+    Replace(node, graph_->create(c10::Symbol::fromQualString("gpipe::scaled_dot_product_attention"),
+                                 inputs, 1));
+    return true;
+  }
+
   // rand_like(x, dtype, layout, device, pin, format) -> empty_like(...) then the in-place draw.
   bool KeyLike(Node* node) {
     const std::string name = node->kind().toQualString();
@@ -201,6 +230,7 @@ class RandomOpKeyer {
         KeyDropout(node, *dropout);
         continue;
       }
+      if (KeyAttention(node)) continue;
       if (std::optional<size_t> k = GeneratorArgument(node)) {
         if (IsNoneValue(node->input(*k))) {
           GRAPH_UPDATE("keyed the generator of ", *node);

@@ -12,10 +12,13 @@ namespace gpipe {
 // from `gpipe::keyed_generator(k)`. Dropout and its variants, which have no
 // generator argument in ATen, become `gpipe::dropout(..., generator)`;
 // rand/randn/randint/randperm take their generator overloads;
-// rand_like/randn_like/randint_like become empty_like + uniform_/normal_/random_.
+// rand_like/randn_like/randint_like become empty_like + uniform_/normal_/random_;
+// scaled_dot_product_attention (its dropout) becomes
+// `gpipe::scaled_dot_product_attention(..., generator)`.
 // Throws, naming the op, for a random op it cannot key. Returns true if the
 // graph changed. Needs the runtime's op registrations (gpipe::dropout,
-// gpipe::keyed_generator) only when the graph runs, not to rewrite it.
+// gpipe::scaled_dot_product_attention, gpipe::keyed_generator) only when the
+// graph runs, not to rewrite it.
 bool KeyRandomOps(std::shared_ptr<torch::jit::Graph>& graph);
 
 }  // namespace gpipe

@@ -97,7 +97,10 @@ double OpWeight(const torch::jit::Node* node) {
   for (const torch::jit::Block* block : node->blocks()) {
     for (const torch::jit::Node* inner : block->nodes()) weight += OpWeight(inner);
   }
-  if (!node->kind().is_aten() || !HasTensorOutput(node)) return weight;
+  // gpipe:: ops are ATen ops rewritten by KeyRandomOps (keyed dropout, attention).
+  static const c10::Symbol kGpipe = c10::Symbol::fromQualString("namespaces::gpipe");
+  const bool tensor_op = node->kind().is_aten() || node->kind().ns() == kGpipe;
+  if (!tensor_op || !HasTensorOutput(node)) return weight;
   return weight + (kHeavy.count(node->kind().toUnqualString()) ? 10.0 : 1.0);
 }
 

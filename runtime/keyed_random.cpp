@@ -8,10 +8,19 @@
 //       with a generator (ATen's have none); the same arithmetic as ATen's
 //       CPU kernel (Dropout.cpp's _dropout_impl), so with the default
 //       generator it draws and computes what aten::dropout does.
-// Both are composite (made of differentiable ATen ops), so autograd needs
+//   gpipe::scaled_dot_product_attention(Tensor query, Tensor key, Tensor value,
+//       Tensor? attn_mask, float dropout_p, bool is_causal, float? scale,
+//       bool enable_gqa, Generator? generator) -> Tensor
+//       ATen's attention, whose dropout has no generator: ATen's op itself
+//       when dropout_p is 0 (eval) or there is no draw scope, else ATen's
+//       math path (attention.cpp) with the mask drawn by gpipe::dropout.
+// All three are composite (made of differentiable ATen ops), so autograd needs
 // nothing of its own.
 
 #include "runtime/keyed_random.h"
+
+#include <cmath>
+#include <limits>
 
 #include <unordered_map>
 
@@ -19,6 +28,8 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/csrc/jit/ir/ir.h>
 #include <torch/library.h>
+
+#include "runtime/torch_compat.h"
 #ifdef GPIPE_WITH_CUDA
 #include <ATen/cuda/CUDAGeneratorImpl.h>
 #endif
@@ -146,6 +157,37 @@ at::Tensor KeyedDropout(const at::Tensor& input, double p, bool train, bool feat
   return input * noise + b;
 }
 
+at::Tensor KeyedAttention(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
+                          const c10::optional<at::Tensor>& attn_mask, double dropout_p,
+                          bool is_causal, c10::optional<double> scale, bool enable_gqa,
+                          c10::optional<at::Generator> generator) {
+  if (dropout_p == 0 || !generator.has_value()) {
+    return compat::ScaledDotProductAttention(query, key, value, attn_mask, dropout_p, is_causal,
+                                             scale, enable_gqa);
+  }
+  at::Tensor k = key;
+  at::Tensor v = value;
+  if (enable_gqa && query.dim() >= 3 && key.size(-3) != query.size(-3)) {
+    k = k.repeat_interleave(query.size(-3) / key.size(-3), -3);
+    v = v.repeat_interleave(query.size(-3) / value.size(-3), -3);
+  }
+  const double scale_factor = scale ? *scale : 1.0 / std::sqrt(static_cast<double>(query.size(-1)));
+  at::Tensor scores = at::matmul(query, k.transpose(-2, -1)).mul(scale_factor);
+  constexpr double kMaskedOut = -std::numeric_limits<double>::infinity();
+  if (is_causal) {
+    at::Tensor keep = at::ones({query.size(-2), k.size(-2)}, query.options().dtype(at::kBool)).tril();
+    scores = scores.masked_fill(keep.logical_not(), kMaskedOut);
+  }
+  if (attn_mask.has_value() && attn_mask->defined()) {
+    scores = attn_mask->scalar_type() == at::kBool ? scores.masked_fill(attn_mask->logical_not(), kMaskedOut)
+                                                   : scores + *attn_mask;
+  }
+  at::Tensor weights = compat::AttentionSoftmax(scores, -1);
+  weights = KeyedDropout(weights, dropout_p, /*train=*/true, /*feature=*/false, /*alpha=*/false,
+                         std::move(generator));
+  return at::matmul(weights, v);
+}
+
 c10::optional<at::Generator> KeyedGeneratorOp(int64_t op) {
   std::optional<at::Generator> g = KeyedGenerator(op);
   if (!g) return c10::nullopt;
@@ -178,6 +220,11 @@ void DefineKeyedRandomOps(torch::Library& m) {
       "dropout(Tensor input, float p, bool train, bool feature, bool alpha, Generator? generator) "
       "-> Tensor",
       &KeyedDropout);
+  m.def(
+      "scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, Tensor? attn_mask, "
+      "float dropout_p, bool is_causal, float? scale, bool enable_gqa, Generator? generator) -> "
+      "Tensor",
+      &KeyedAttention);
 }
 
 }  // namespace gpipe

@@ -71,7 +71,8 @@ uint64_t KeyedSeed(const DrawKey& key, int64_t op, uint64_t call);
 // has one; the runtime refuses such a stage.
 std::optional<std::string> FirstUnkeyedRandomOp(const torch::jit::Graph& graph);
 
-// Registers gpipe::keyed_generator and gpipe::dropout (called from the
+// Registers gpipe::keyed_generator, gpipe::dropout and
+// gpipe::scaled_dot_product_attention (called from the
 // runtime's TORCH_LIBRARY(gpipe), recompute.cpp, beside the replay ops).
 void DefineKeyedRandomOps(torch::Library& m);
 

@@ -7,6 +7,7 @@
 #include <memory>
 #include <utility>
 
+#include <ATen/ATen.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/version.h>  // TORCH_VERSION_MAJOR / _MINOR
 
@@ -44,5 +45,34 @@ NodePtr<T> MakeNode(Args&&... args) {
   return NodePtr<T>(new T(std::forward<Args>(args)...), torch::autograd::deleteNode);
 }
 #endif
+
+// aten::scaled_dot_product_attention with all its arguments (`scale` from
+// 2.1, `enable_gqa` from 2.5). Only models exported by torch 2.x call it, so
+// the 1.13 build never reaches the error.
+inline at::Tensor ScaledDotProductAttention(const at::Tensor& query, const at::Tensor& key,
+                                            const at::Tensor& value,
+                                            const c10::optional<at::Tensor>& attn_mask,
+                                            double dropout_p, bool is_causal,
+                                            c10::optional<double> scale, bool enable_gqa) {
+#if GPIPE_TORCH_AT_LEAST(2, 5)
+  return at::scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal, scale,
+                                          enable_gqa);
+#else
+  (void)query, (void)key, (void)value, (void)attn_mask, (void)dropout_p, (void)is_causal,
+      (void)scale, (void)enable_gqa;
+  TORCH_CHECK(false, "scaled_dot_product_attention needs LibTorch 2.5 or newer; this gpipe-cpp is "
+                     "built against ", TORCH_VERSION, ": build it with scripts/setup_torch2.sh");
+#endif
+}
+
+// Softmax over `dim` that gives 0, not NaN, on a row masked out entirely: what
+// ATen's attention uses from 2.5 on (_safe_softmax).
+inline at::Tensor AttentionSoftmax(const at::Tensor& scores, int64_t dim) {
+#if GPIPE_TORCH_AT_LEAST(2, 5)
+  return at::_safe_softmax(scores, dim);
+#else
+  return at::softmax(scores, dim);
+#endif
+}
 
 }  // namespace gpipe::compat

@@ -70,6 +70,31 @@ graph(%x : Tensor, %g : Generator):
   FileCheck().check("aten::bernoulli(%x, %")->check_not("gpipe::")->run(*graph);
 }
 
+// Attention's dropout has no generator in ATen: the call becomes the keyed
+// op, with torch 2.1's missing enable_gqa filled in.
+TEST(KeyRandomOps, AttentionBecomesTheKeyedAttention) {
+  auto graph = Parse(R"IR(
+graph(%q : Tensor, %k : Tensor, %v : Tensor, %p : float):
+  %none : NoneType = prim::Constant()
+  %f : bool = prim::Constant[value=0]()
+  %a : Tensor = aten::scaled_dot_product_attention(%q, %k, %v, %none, %p, %f, %none)
+  return (%a))IR");
+  EXPECT_TRUE(KeyRandomOps(graph));
+  FileCheck()
+      .check("gpipe::keyed_generator(")
+      ->check("gpipe::scaled_dot_product_attention(%q, %k, %v, %")
+      ->check_not("aten::scaled_dot_product_attention")
+      ->run(*graph);
+  torch::jit::Node* attention = graph->outputs()[0]->node();
+  ASSERT_EQ(attention->inputs().size(), 9u);
+  EXPECT_EQ(attention->input(4)->debugName(), "p");  // the call's own arguments, in order
+  EXPECT_TRUE(attention->input(6)->type()->kind() == c10::TypeKind::NoneType);  // scale
+  const auto enable_gqa = torch::jit::toIValue(attention->input(7));
+  ASSERT_TRUE(enable_gqa.has_value());
+  EXPECT_FALSE(enable_gqa->toBool());
+  EXPECT_EQ(attention->input(8)->node()->kind().toQualString(), std::string("gpipe::keyed_generator"));
+}
+
 TEST(KeyRandomOps, InPlaceDropoutWritesTheKeyedResultBack) {
   auto graph = Parse(R"IR(
 graph(%x : Tensor):

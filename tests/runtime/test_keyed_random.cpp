@@ -5,10 +5,12 @@
 #include <gtest/gtest.h>
 #include <torch/csrc/jit/ir/irparser.h>
 #include <torch/torch.h>
+#include <ATen/CPUGeneratorImpl.h>
 
 #include <thread>
 
 #include "runtime/keyed_random.h"
+#include "runtime/torch_compat.h"
 
 namespace gpipe {
 namespace {
@@ -73,6 +75,53 @@ TEST(KeyedRandom, DropoutsGradientIsItsMask) {
   at::Tensor y = Dropout(x, 0);
   y.sum().backward();
   EXPECT_TRUE(x.grad().equal(y.detach()));  // x is ones: y is the scaled mask
+}
+
+at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                     const c10::optional<at::Tensor>& mask, double p, bool causal,
+                     c10::optional<at::Generator> g) {
+  static auto handle =
+      c10::Dispatcher::singleton().findSchemaOrThrow("gpipe::scaled_dot_product_attention", "");
+  auto typed = handle.typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                       const c10::optional<at::Tensor>&, double, bool,
+                                       c10::optional<double>, bool, c10::optional<at::Generator>)>();
+  return typed.call(q, k, v, mask, p, causal, c10::nullopt, false, std::move(g));
+}
+
+// The keyed attention draws its dropout mask from the keyed generator and
+// otherwise computes ATen's math path; with dropout 0 it is ATen's op itself.
+TEST(KeyedRandom, AttentionWithDropoutIsAtensMathPathWithTheKeyedMask) {
+#if !GPIPE_TORCH_AT_LEAST(2, 5)
+  GTEST_SKIP() << "scaled_dot_product_attention is a LibTorch 2.x op";
+#else
+  torch::manual_seed(0);
+  const at::Tensor q = torch::randn({2, 3, 5, 8}), k = torch::randn({2, 3, 7, 8}),
+                   v = torch::randn({2, 3, 7, 8});
+  const at::Tensor mask = torch::rand({5, 7}) > 0.3;
+  const double p = 0.25;
+  for (bool causal : {false, true}) {
+    const c10::optional<at::Tensor> m = causal ? c10::nullopt : c10::optional<at::Tensor>(mask);
+    at::Tensor got, again;
+    {
+      DrawScope scope({9, 1, 2}, c10::Device(c10::kCPU));
+      got = Attention(q, k, v, m, p, causal, *KeyedGenerator(4));
+    }
+    {
+      DrawScope scope({9, 1, 2}, c10::Device(c10::kCPU));
+      again = Attention(q, k, v, m, p, causal, *KeyedGenerator(4));
+    }
+    EXPECT_TRUE(got.equal(again)) << "causal " << causal;
+    // The same mask, drawn as gpipe::dropout draws it, given to ATen's math path.
+    at::Generator g = at::make_generator<at::CPUGeneratorImpl>(KeyedSeed({9, 1, 2}, 4, 0));
+    const at::Tensor keep = at::empty({2, 3, 5, 7}).bernoulli_(1 - p, g).to(at::kBool);
+    const at::Tensor want = std::get<0>(
+        at::_scaled_dot_product_attention_math(q, k, v, m, p, causal, keep));
+    EXPECT_TRUE(torch::allclose(got, want, 1e-5, 1e-6)) << "causal " << causal << " differs by "
+                                                        << (got - want).abs().max().item<double>();
+    EXPECT_TRUE(Attention(q, k, v, m, 0.0, causal, *KeyedGenerator(4))
+                    .equal(at::scaled_dot_product_attention(q, k, v, m, 0.0, causal)));
+  }
+#endif
 }
 
 TEST(KeyedRandom, UnkeyedRandomOpsAreFoundAndKeyedOnesAreNot) {
