@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <cmath>
 #include <thread>
 
 #include "runtime/keyed_random.h"
@@ -88,12 +89,11 @@ at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   return typed.call(q, k, v, mask, p, causal, c10::nullopt, false, std::move(g));
 }
 
-// The keyed attention draws its dropout mask from the keyed generator and
-// otherwise computes ATen's math path; with dropout 0 it is ATen's op itself.
+// The keyed attention draws its dropout mask from the keyed generator (the
+// same key, the same output; another micro-batch, another mask) and otherwise
+// computes ATen's math path; with dropout 0 it is ATen's op itself (2.x only:
+// LibTorch 1.13 has no attention op, but runs the keyed math path).
 TEST(KeyedRandom, AttentionWithDropoutIsAtensMathPathWithTheKeyedMask) {
-#if !GPIPE_TORCH_AT_LEAST(2, 5)
-  GTEST_SKIP() << "scaled_dot_product_attention is a LibTorch 2.x op";
-#else
   torch::manual_seed(0);
   const at::Tensor q = torch::randn({2, 3, 5, 8}), k = torch::randn({2, 3, 7, 8}),
                    v = torch::randn({2, 3, 7, 8});
@@ -101,7 +101,7 @@ TEST(KeyedRandom, AttentionWithDropoutIsAtensMathPathWithTheKeyedMask) {
   const double p = 0.25;
   for (bool causal : {false, true}) {
     const c10::optional<at::Tensor> m = causal ? c10::nullopt : c10::optional<at::Tensor>(mask);
-    at::Tensor got, again;
+    at::Tensor got, again, other_micro_batch;
     {
       DrawScope scope({9, 1, 2}, c10::Device(c10::kCPU));
       got = Attention(q, k, v, m, p, causal, *KeyedGenerator(4));
@@ -110,18 +110,27 @@ TEST(KeyedRandom, AttentionWithDropoutIsAtensMathPathWithTheKeyedMask) {
       DrawScope scope({9, 1, 2}, c10::Device(c10::kCPU));
       again = Attention(q, k, v, m, p, causal, *KeyedGenerator(4));
     }
+    {
+      DrawScope scope({9, 1, 3}, c10::Device(c10::kCPU));
+      other_micro_batch = Attention(q, k, v, m, p, causal, *KeyedGenerator(4));
+    }
     EXPECT_TRUE(got.equal(again)) << "causal " << causal;
-    // The same mask, drawn as gpipe::dropout draws it, given to ATen's math path.
+    EXPECT_FALSE(got.equal(other_micro_batch)) << "causal " << causal;
+#if GPIPE_TORCH_AT_LEAST(2, 5)
+    // The same mask, drawn as gpipe::dropout draws it, given to ATen's math
+    // path, which adds its mask: ATen's op turns a bool mask into 0 / -inf first.
     at::Generator g = at::make_generator<at::CPUGeneratorImpl>(KeyedSeed({9, 1, 2}, 4, 0));
     const at::Tensor keep = at::empty({2, 3, 5, 7}).bernoulli_(1 - p, g).to(at::kBool);
+    c10::optional<at::Tensor> additive;
+    if (m) additive = at::zeros({5, 7}).masked_fill(m->logical_not(), -INFINITY);
     const at::Tensor want = std::get<0>(
-        at::_scaled_dot_product_attention_math(q, k, v, m, p, causal, keep));
+        at::_scaled_dot_product_attention_math(q, k, v, additive, p, causal, keep));
     EXPECT_TRUE(torch::allclose(got, want, 1e-5, 1e-6)) << "causal " << causal << " differs by "
                                                         << (got - want).abs().max().item<double>();
     EXPECT_TRUE(Attention(q, k, v, m, 0.0, causal, *KeyedGenerator(4))
                     .equal(at::scaled_dot_product_attention(q, k, v, m, 0.0, causal)));
-  }
 #endif
+  }
 }
 
 TEST(KeyedRandom, UnkeyedRandomOpsAreFoundAndKeyedOnesAreNot) {
