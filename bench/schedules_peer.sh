@@ -37,9 +37,10 @@ OUT=${OUT_DIR:-out/bench}/peer
 DROPOUTS=${DROPOUTS:-0.1 0}
 SCHEDULES=${SCHEDULES:-gpipe 1f1b interleaved-1f1b zb-h1}
 LR=0.001
+# Before the pins below: GNU nproc reports OMP_NUM_THREADS when it is set.
+CORES=$(nproc); [ "$CORES" -gt "$NPROC" ] && CORES=$NPROC
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 mkdir -p "$OUT/logs" "$OUT/wrap"
-CORES=$(nproc); [ "$CORES" -gt "$NPROC" ] && CORES=$NPROC
 
 # gpipe-launch starts the gpipe-run next to its own executable: a copy of it
 # beside a wrapper that runs the real gpipe-run under /usr/bin/time (memory pass).
@@ -59,7 +60,7 @@ mib_max() { { grep -oE 'peak RSS [0-9]+ KiB' || true; } | awk '{ printf "%.1f\n"
 
 torch_version=$("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null)
 echo "MLP (8 blocks, hidden 1024), batch $BATCH, $NPROC processes (Gloo, 1 thread each), loss mse, SGD lr $LR," \
-  "checkpoint never; median of steps 2..$STEPS, $ROUNDS A-B-B-A round(s); machine: $CORES of $(nproc) cores"
+  "checkpoint never; median of steps 2..$STEPS, $ROUNDS A-B-B-A round(s); machine: $CORES of $(OMP_NUM_THREADS= nproc) cores"
 echo "ours: $BIN (gpipe-launch); torch: $torch_version torch.distributed.pipelining (torchrun)"
 for dropout in $DROPOUTS; do
   tag=d${dropout/./}

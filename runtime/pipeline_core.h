@@ -17,6 +17,7 @@
 #include "runtime/schedule_ir.h"
 #include "runtime/stage.h"
 #include "runtime/task_trace.h"
+#include "runtime/value_transfer.h"
 #include "runtime/worker.h"
 
 namespace gpipe {
@@ -31,6 +32,7 @@ struct PipelineCore {
   std::vector<std::optional<size_t>> worker_of_stage;  // nullopt: another rank's stage
   RankPlan ranks;                       // which process runs which stage
   std::shared_ptr<PeerGroup> peers;     // null in one process
+  MessageMemory messages;               // what each message id carried last (value_transfer.h)
   TaskTrace trace;
   std::unique_ptr<CopyStreams> copies;  // device boundaries (set by Pipeline::load)
   std::mutex run_mutex;  // one forward or backward schedule at a time

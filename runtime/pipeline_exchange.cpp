@@ -27,7 +27,7 @@ c10::IValue PipelineRun::ReceiveInput(size_t i, size_t j, size_t n, bool backwar
   const ValueSource& source = core_->stages[j].inputs[n];
   std::string what = OutputName(source.stage, source.index, i);
   return RecvValue(*core_->peers, core_->ranks.rank_of(source.stage),
-                   core_->ranks.Message(backward, i, slots_.size(), j, n), what);
+                   core_->ranks.Message(backward, i, slots_.size(), j, n), what, &core_->messages);
 }
 
 void PipelineRun::SendOutputs(size_t i, size_t j) {
@@ -35,7 +35,7 @@ void PipelineRun::SendOutputs(size_t i, size_t j) {
   for (const RemoteUse& use : core_->ranks.remote_uses(j)) {
     SendValue(*core_->peers, slot.outputs[use.output], slot.output_requires_grad[use.output],
               use.rank, core_->ranks.Message(false, i, slots_.size(), use.consumer, use.input),
-              OutputName(j, use.output, i));
+              OutputName(j, use.output, i), &core_->messages);
   }
 }
 
@@ -48,7 +48,7 @@ void PipelineRun::ReceiveOutputGrads(size_t i, size_t j) {
     c10::IValue grad =
         RecvValue(*core_->peers, use.rank,
                   core_->ranks.Message(true, i, slots_.size(), use.consumer, use.input),
-                  "the gradient of " + OutputName(j, use.output, i));
+                  "the gradient of " + OutputName(j, use.output, i), &core_->messages);
     if (grad.isTensor()) {
       AddGrad(slot.output_grads[use.output], grad.toTensor(), core_->stages[j].device);
     }
@@ -59,7 +59,7 @@ void PipelineRun::SendInputGrad(size_t i, size_t j, size_t n, const at::Tensor& 
   const ValueSource& source = core_->stages[j].inputs[n];
   SendValue(*core_->peers, grad, false, core_->ranks.rank_of(source.stage),
             core_->ranks.Message(true, i, slots_.size(), j, n),
-            "the gradient of " + OutputName(source.stage, source.index, i));
+            "the gradient of " + OutputName(source.stage, source.index, i), &core_->messages);
 }
 
 void PipelineRun::ReceiveModelOutputs() {
@@ -77,7 +77,7 @@ c10::IValue PipelineRun::ReceiveModelOutput(size_t i, size_t k) {
   return RecvValue(*core_->peers, core_->ranks.rank_of(source.stage),
                    core_->ranks.Message(false, i, slots_.size(), RankPlan::kModelOutputs,
                                         static_cast<int64_t>(k)),
-                   OutputName(source.stage, source.index, i));
+                   OutputName(source.stage, source.index, i), &core_->messages);
 }
 
 void PipelineRun::SendModelOutputGrads(const std::vector<at::Tensor>& output_grads) {
@@ -101,7 +101,7 @@ void PipelineRun::SendModelOutputGrad(size_t i, size_t k, const at::Tensor& grad
   SendValue(*core_->peers, grad, false, core_->ranks.rank_of(source.stage),
             core_->ranks.Message(true, i, slots_.size(), RankPlan::kModelOutputs,
                                  static_cast<int64_t>(k)),
-            "the gradient of " + OutputName(source.stage, source.index, i));
+            "the gradient of " + OutputName(source.stage, source.index, i), &core_->messages);
 }
 
 std::vector<at::Tensor> PipelineRun::OutputParts(size_t k) const {

@@ -1,6 +1,11 @@
 #pragma once
 
+#include <array>
+#include <cstdint>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <unordered_map>
 
 #include <ATen/core/ivalue.h>
 
@@ -19,9 +24,39 @@ namespace gpipe {
 // arrives on the receiver's NCCL GPU; any other tensor travels through host
 // memory (Gloo) and arrives on the CPU. Either is a fresh leaf with
 // requires_grad as the sender's flag said.
+//
+// With a MessageMemory (a pipeline's, kept across steps), a value whose
+// header is the one its message id carried last time travels as ONE message
+// (its bytes with the header behind them), so a steady pipeline sends one
+// message per value instead of two in sequence. Both sides remember the same
+// header per message id (the sender what it sent, the receiver what it
+// received), so the receiver posts a receive of the remembered size; when
+// the value changed (another shape or kind, or it now goes over NCCL), the
+// sender first sends a buffer of that size marked "header follows", then the
+// value in two messages, and both remember the new header.
+class MessageMemory;
+
 void SendValue(PeerGroup& peers, const c10::IValue& value, bool carries_grad, int peer, int message,
-               const std::string& what);
-c10::IValue RecvValue(PeerGroup& peers, int peer, int message, const std::string& what);
+               const std::string& what, MessageMemory* memory = nullptr);
+c10::IValue RecvValue(PeerGroup& peers, int peer, int message, const std::string& what,
+                      MessageMemory* memory = nullptr);
+
+// The header each message id carried last, per direction and peer. Threading: the
+// workers of one process send and receive concurrently; the mutex guards
+// both maps (each message id is used by one task at a time).
+class MessageMemory {
+ public:
+  static constexpr size_t kHeaderSize = 18;  // int64 fields (value_transfer.cpp)
+  using Header = std::array<int64_t, kHeaderSize>;
+
+  // Per (direction, peer, message id): a pair of ranks remembers alike.
+  std::optional<Header> Last(bool sent, int peer, int message) const;
+  void Remember(bool sent, int peer, int message, const std::optional<Header>& header);  // nullopt forgets
+
+ private:
+  mutable std::mutex mutex_;
+  std::unordered_map<int64_t, Header> sent_, received_;  // key: peer << 32 | message
+};
 
 // A defined tensor that requires grad: the values whose gradients travel back.
 inline bool CarriesGrad(const c10::IValue& v) {

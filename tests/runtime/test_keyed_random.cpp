@@ -78,15 +78,16 @@ TEST(KeyedRandom, DropoutsGradientIsItsMask) {
   EXPECT_TRUE(x.grad().equal(y.detach()));  // x is ones: y is the scaled mask
 }
 
+// Called boxed, as a stage's TorchScript interpreter calls it.
 at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                      const c10::optional<at::Tensor>& mask, double p, bool causal,
                      c10::optional<at::Generator> g) {
   static auto handle =
       c10::Dispatcher::singleton().findSchemaOrThrow("gpipe::scaled_dot_product_attention", "");
-  auto typed = handle.typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                       const c10::optional<at::Tensor>&, double, bool,
-                                       c10::optional<double>, bool, c10::optional<at::Generator>)>();
-  return typed.call(q, k, v, mask, p, causal, c10::nullopt, false, std::move(g));
+  torch::jit::Stack stack{q, k, v, mask ? c10::IValue(*mask) : c10::IValue(), p, causal,
+                          c10::IValue(), false, g ? c10::IValue(*g) : c10::IValue()};
+  handle.callBoxed(stack);
+  return stack.at(0).toTensor();
 }
 
 // The keyed attention draws its dropout mask from the keyed generator (the
@@ -127,6 +128,7 @@ TEST(KeyedRandom, AttentionWithDropoutIsAtensMathPathWithTheKeyedMask) {
         at::_scaled_dot_product_attention_math(q, k, v, additive, p, causal, keep));
     EXPECT_TRUE(torch::allclose(got, want, 1e-5, 1e-6)) << "causal " << causal << " differs by "
                                                         << (got - want).abs().max().item<double>();
+    DrawScope scope({9, 1, 2}, c10::Device(c10::kCPU));  // a generator, but nothing to draw
     EXPECT_TRUE(Attention(q, k, v, m, 0.0, causal, *KeyedGenerator(4))
                     .equal(at::scaled_dot_product_attention(q, k, v, m, 0.0, causal)));
 #endif

@@ -49,6 +49,41 @@ TEST(ValueTransfer, EveryKindArrivesAsSent) {
   });
 }
 
+// With a MessageMemory on both sides, message ids carry a sequence of values
+// as a pipeline's steps do: the same shape again (one message: bytes and
+// header), another shape, another kind, None and back, an empty tensor, each
+// arriving as sent. A second message id interleaved keeps its own memory.
+TEST(ValueTransfer, RememberedHeadersCarryEverySequenceOfValuesAsSent) {
+  std::vector<c10::IValue> sequence = {at::randn({4, 3}), at::randn({4, 3}), at::randn({4, 3}),
+                                       at::randn({2, 3}), at::randn({2, 3}),
+                                       at::arange(6, at::kLong).view({3, 2}), c10::IValue(),
+                                       c10::IValue(), c10::IValue(int64_t{5}), c10::IValue(int64_t{6}),
+                                       at::empty({0, 3}), at::randn({4, 3}), at::randn({4, 3})};
+  WithTwoRanks([&](PeerGroup& peers) {
+    MessageMemory memory;
+    for (size_t step = 0; step < sequence.size(); ++step) {
+      const c10::IValue other = at::full({2}, static_cast<double>(step));
+      if (peers.rank() == 0) {
+        SendValue(peers, sequence[step], step % 2 == 0, 1, 3, "a value", &memory);
+        SendValue(peers, other, false, 1, 4, "another", &memory);
+        peers.WaitSends();  // a step ends with its sends received, as a pipeline's does
+        continue;
+      }
+      const c10::IValue got = RecvValue(peers, 0, 3, "a value", &memory);
+      const c10::IValue& want = sequence[step];
+      ASSERT_EQ(got.tagKind(), want.isTensor() && !want.toTensor().defined() ? "None" : want.tagKind())
+          << "step " << step;
+      if (want.isTensor()) {
+        EXPECT_TRUE(torch::equal(got.toTensor(), want.toTensor())) << "step " << step;
+        EXPECT_EQ(got.toTensor().requires_grad(), step % 2 == 0) << "step " << step;
+      } else if (!want.isNone()) {
+        EXPECT_EQ(got, want) << "step " << step;
+      }
+      EXPECT_TRUE(torch::equal(RecvValue(peers, 0, 4, "another", &memory).toTensor(), other.toTensor()));
+    }
+  });
+}
+
 TEST(ValueTransfer, AValueTheProtocolCannotCarryIsRefusedBeforeSending) {
   WithTwoRanks([&](PeerGroup& peers) {
     if (peers.rank() != 0) return;
