@@ -1,5 +1,6 @@
 #include "runtime/value_transfer.h"
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 
@@ -150,6 +151,7 @@ void SendValue(PeerGroup& peers, const c10::IValue& value, bool carries_grad, in
         return;
       }
       // The receiver waits for the remembered size: tell it the header follows.
+      one.zero_();
       h[kFollows] = 1;
       std::memcpy(one.data_ptr<uint8_t>() + bytes, h, kHeaderBytes);
       h[kFollows] = 0;
@@ -172,6 +174,11 @@ c10::IValue RecvValue(PeerGroup& peers, int peer, int message, const std::string
       int64_t h[kHeaderSize];
       std::memcpy(h, one.data_ptr<uint8_t>() + bytes, kHeaderBytes);
       CheckHeader(h, peer, what);
+      // "The same value as last time" must say the remembered header, or the
+      // bytes in the buffer are not the tensor the header describes.
+      TORCH_CHECK(h[kFollows] == 1 || std::equal(h, h + kFollows, last->begin()), "rank ", peer,
+                  " sent a malformed message for ", what,
+                  ": the ranks run different artifacts or gpipe-cpp versions; start them all with the same ones");
       if (h[kFollows] == 0) {
         return ValueOf(h, peer, what, peers, [&](at::Tensor& t) {
           std::memcpy(t.data_ptr(), one.data_ptr(), static_cast<size_t>(bytes));
