@@ -12,6 +12,7 @@
 
 #include <c10/util/Exception.h>
 
+#include "runtime/atomic_file.h"
 #include "runtime/memory_tracker.h"
 #include "runtime/pipeline_error.h"
 
@@ -51,18 +52,11 @@ inline bool ParseCommandLine(int argc, char** argv, const boost::program_options
   return true;
 }
 
-// Writes a text file as every gpipe output is written: to a temporary name
-// first, renamed into place, so a failure never leaves half a file.
+// Writes a text file as every gpipe output is written (runtime/atomic_file.h):
+// a temporary first, flushed, renamed into place, so a failure never leaves
+// half a file or a damaged earlier one.
 inline void WriteFileAtomically(const std::string& path, const std::string& text) {
-  std::string temp = path + ".tmp";
-  {
-    std::ofstream out(temp, std::ios::trunc);
-    TORCH_CHECK(out, "cannot write '", temp, "'");
-    out << text;
-    out.flush();
-    TORCH_CHECK(out, "writing '", temp, "' failed (disk full?)");
-  }
-  boost::filesystem::rename(temp, path);
+  WriteFileAtomically(path, "out.txt", [&](std::ostream& out, int&) { out << text; });
 }
 
 inline std::vector<std::string> SplitList(const std::string& text) {

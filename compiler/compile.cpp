@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <boost/filesystem.hpp>
+#include <fstream>
 #include <limits>
 #include <sstream>
 
@@ -14,6 +15,7 @@
 #include "passes/partition_units.h"
 #include "passes/specialize_arguments.h"
 #include "runtime/artifact.h"
+#include "runtime/model_export.h"
 #include "runtime/sample_input.h"
 
 namespace gpipe {
@@ -180,6 +182,12 @@ CompileReport CompileModel(const std::string& model_path, const std::string& out
   BuiltPipeline built = BuildPipeline(program, plan, options);
   built.manifest.balance_method = BalanceMethod(options);
   built.manifest.unit_costs = report.unit_costs;
+  // The model as the user gave it, byte for byte: gpipe-export writes it back with the trained weights.
+  std::ifstream source(model_path, std::ios::binary);
+  std::ostringstream source_bytes;
+  source_bytes << source.rdbuf();
+  TORCH_CHECK(source, "cannot read '", model_path, "' again to keep it in the artifact");
+  built.records.push_back({kSourceModelRecord, source_bytes.str()});
   WriteArtifact(output_path, built.manifest, built.records);
   report.manifest = std::move(built.manifest);
   report.unit_names = report.manifest.unit_names;

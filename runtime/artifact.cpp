@@ -1,8 +1,6 @@
 #include "runtime/artifact.h"
 
-#include <fcntl.h>
 #include <signal.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <boost/filesystem.hpp>
@@ -15,6 +13,7 @@
 #include <c10/util/Exception.h>
 #include <caffe2/serialize/inline_container.h>
 
+#include "runtime/atomic_file.h"
 #include "runtime/checksum.h"
 
 namespace gpipe {
@@ -23,43 +22,6 @@ namespace {
 namespace fs = boost::filesystem;
 
 std::atomic<ArtifactWriteFailpoint> failpoint{ArtifactWriteFailpoint::kNone};
-
-// 0 on success, else errno.
-int FsyncFile(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) return errno;
-  int rc = ::fsync(fd);
-  const int error = rc == 0 ? 0 : errno;
-  ::close(fd);
-  return error;
-}
-
-std::string TempPrefixFor(const fs::path& target) {
-  return "." + target.filename().string() + ".tmp.";
-}
-
-std::string TempNameFor(const fs::path& target) {
-  return (target.parent_path() / (TempPrefixFor(target) + std::to_string(::getpid()))).string();
-}
-
-// A writer killed mid-save leaves its temporary file behind; the next save
-// of the same target removes those of processes that no longer run.
-void RemoveStaleTempFiles(const fs::path& target) {
-  const std::string prefix = TempPrefixFor(target);
-  boost::system::error_code error;
-  for (fs::directory_iterator it(target.parent_path(), error), end; !error && it != end;
-       it.increment(error)) {
-    const std::string name = it->path().filename().string();
-    if (name.compare(0, prefix.size(), prefix) != 0) continue;
-    const std::string pid_text = name.substr(prefix.size());
-    if (pid_text.empty() || pid_text.find_first_not_of("0123456789") != std::string::npos) continue;
-    const long pid = std::strtol(pid_text.c_str(), nullptr, 10);
-    if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
-      boost::system::error_code ignored;
-      fs::remove(it->path(), ignored);
-    }
-  }
-}
 
 constexpr char kChecksumsHeader[] = "gpipe-checksums crc32";
 
@@ -76,59 +38,33 @@ void SetArtifactWriteFailpointForTesting(ArtifactWriteFailpoint point) { failpoi
 void WriteArtifact(const std::string& path, const Manifest& manifest,
                    const std::vector<ArtifactRecord>& records) {
   ValidateManifest(manifest);
-  fs::path target = fs::absolute(path);
-  TORCH_CHECK(!fs::is_directory(target), "output path '", path,
-              "' is a directory; give a file name such as model.gpipe");
-  TORCH_CHECK(fs::is_directory(target.parent_path()), "cannot write '", path, "': directory '",
-              target.parent_path().string(), "' does not exist");
-  RemoveStaleTempFiles(target);
-  const std::string temp = TempNameFor(target);
-  // Out of space (ENOSPC), over a size limit (EFBIG): one line, old file kept.
-  auto refuse = [&](int error) {
-    TORCH_CHECK(false, "writing '", path, "' failed (", std::strerror(error), "); any earlier '",
-                path, "' is left as it was: free some space, or write elsewhere");
-  };
-  try {
-    int write_errno = 0;
-    try {
-      std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-      if (!out) refuse(errno);
-      // A short write is remembered, not reported: LibTorch's writer would
-      // throw, and throw again from its destructor (std::terminate).
-      caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, size_t n) -> size_t {
-        out.write(static_cast<const char*>(data), static_cast<std::streamsize>(n));
-        if (!out && write_errno == 0) write_errno = errno != 0 ? errno : EIO;
-        return n;
-      });
-      std::string json = ManifestToJson(manifest);
-      std::string checksums = std::string(kChecksumsHeader) + "\n";
-      AppendChecksum(checksums, kManifestRecord, json);
-      writer.writeRecord(kManifestRecord, json.data(), json.size());
-      if (failpoint == ArtifactWriteFailpoint::kKillMidWrite) {
-        out.flush();
-        ::raise(SIGKILL);
-      }
-      for (const auto& r : records) {
-        writer.writeRecord(r.name, r.bytes.data(), r.bytes.size());
-        AppendChecksum(checksums, r.name, r.bytes);
-      }
-      writer.writeRecord(kChecksumsRecord, checksums.data(), checksums.size());
-      writer.writeEndOfFile();
-      out.flush();
+  auto write = [&](std::ostream& out, int& write_errno) {
+    // A short write is remembered, not reported: LibTorch's writer would
+    // throw, and throw again from its destructor (std::terminate).
+    caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, size_t n) -> size_t {
+      out.write(static_cast<const char*>(data), static_cast<std::streamsize>(n));
       if (!out && write_errno == 0) write_errno = errno != 0 ? errno : EIO;
-    } catch (const c10::Error&) {
-      if (write_errno == 0) throw;  // LibTorch's writer failed for its own reason
+      return n;
+    });
+    std::string json = ManifestToJson(manifest);
+    std::string checksums = std::string(kChecksumsHeader) + "\n";
+    AppendChecksum(checksums, kManifestRecord, json);
+    writer.writeRecord(kManifestRecord, json.data(), json.size());
+    if (failpoint == ArtifactWriteFailpoint::kKillMidWrite) {
+      out.flush();
+      ::raise(SIGKILL);
     }
-    if (write_errno != 0) refuse(write_errno);
-    if (int error = FsyncFile(temp)) refuse(error);
+    for (const auto& r : records) {
+      writer.writeRecord(r.name, r.bytes.data(), r.bytes.size());
+      AppendChecksum(checksums, r.name, r.bytes);
+    }
+    writer.writeRecord(kChecksumsRecord, checksums.data(), checksums.size());
+    writer.writeEndOfFile();
+  };
+  WriteFileAtomically(path, "model.gpipe", write, [] {
     TORCH_CHECK(failpoint != ArtifactWriteFailpoint::kThrowBeforeRename,
                 "failpoint: stopped between write and rename");
-    fs::rename(temp, target);
-  } catch (...) {
-    boost::system::error_code ignored;
-    fs::remove(temp, ignored);
-    throw;
-  }
+  });
 }
 
 ArtifactReader::ArtifactReader(const std::string& path) : path_(path) {

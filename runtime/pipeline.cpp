@@ -17,6 +17,7 @@
 #include "runtime/pipeline_backward.h"
 #include "runtime/pipeline_core.h"
 #include "runtime/pipeline_error.h"
+#include "runtime/model_export.h"
 #include "runtime/pipeline_run.h"
 #include "runtime/schedule_csv.h"
 #include "runtime/schedule_validate.h"
@@ -152,9 +153,13 @@ void GatherOnRankZero(PeerGroup& peers, const RankPlan& ranks, std::vector<Artif
 Pipeline::Pipeline(std::shared_ptr<PipelineCore> core) : core_(std::move(core)) {}
 
 Pipeline Pipeline::load(const std::string& path, const PipelineOptions& options) {
-  ArtifactReader reader(path);
+  auto opened = std::make_shared<const ArtifactReader>(path);
+  const ArtifactReader& reader = *opened;
   auto core = std::make_shared<PipelineCore>();
   core->manifest = reader.manifest();
+  // Kept open while the source model is needed: save() copies it into every
+  // checkpoint (an open file reads as it was even if `path` is replaced).
+  if (reader.HasRecord(kSourceModelRecord)) core->source_artifact = opened;
   Manifest& manifest = core->manifest;
   const size_t num_stages = manifest.stages.size();
   if (!options.devices.empty()) {
@@ -384,12 +389,21 @@ void Pipeline::save(const std::string& path, const std::vector<ArtifactRecord>& 
     records.push_back({manifest.stages[s].file, bytes.str()});
   }
   records.insert(records.end(), extra.begin(), extra.end());
+  auto add_source_model = [&] {
+    if (core_->source_artifact) {
+      records.push_back({kSourceModelRecord, core_->source_artifact->ReadRecord(kSourceModelRecord)});
+    }
+  };
   if (!core_->peers) {
+    add_source_model();
     WriteArtifact(path, manifest, records);
     return;
   }
   GatherOnRankZero(*core_->peers, core_->ranks, records);
-  if (core_->peers->rank() == 0) WriteArtifact(path, manifest, records);
+  if (core_->peers->rank() == 0) {
+    add_source_model();
+    WriteArtifact(path, manifest, records);
+  }
   core_->peers->Barrier("rank 0 to write " + path);
 }
 

@@ -22,6 +22,8 @@
 
 namespace gpipe {
 
+class ArtifactReader;
+
 // What a Pipeline is made of, shared with the autograd nodes of forward
 // calls whose backward has not run yet (so a Pipeline may be moved or
 // destroyed while an output is still alive).
@@ -32,6 +34,9 @@ struct PipelineCore {
   std::vector<std::optional<size_t>> worker_of_stage;  // nullopt: another rank's stage
   RankPlan ranks;                       // which process runs which stage
   std::shared_ptr<PeerGroup> peers;     // null in one process
+  // The artifact this pipeline was loaded from, when it keeps the source
+  // model (model_export.h) that save() carries on; read on the saving thread.
+  std::shared_ptr<const ArtifactReader> source_artifact;
   MessageMemory messages;               // what each message id carried last (value_transfer.h)
   TaskTrace trace;
   std::unique_ptr<CopyStreams> copies;  // device boundaries (set by Pipeline::load)

@@ -1,0 +1,95 @@
+#include "runtime/atomic_file.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <boost/filesystem.hpp>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
+#include <c10/util/Exception.h>
+
+namespace gpipe {
+namespace {
+
+namespace fs = boost::filesystem;
+
+// 0 on success, else errno.
+int FsyncFile(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return errno;
+  int rc = ::fsync(fd);
+  const int error = rc == 0 ? 0 : errno;
+  ::close(fd);
+  return error;
+}
+
+std::string TempPrefixFor(const fs::path& target) {
+  return "." + target.filename().string() + ".tmp.";
+}
+
+std::string TempNameFor(const fs::path& target) {
+  return (target.parent_path() / (TempPrefixFor(target) + std::to_string(::getpid()))).string();
+}
+
+void RemoveStaleTempFiles(const fs::path& target) {
+  const std::string prefix = TempPrefixFor(target);
+  boost::system::error_code error;
+  for (fs::directory_iterator it(target.parent_path(), error), end; !error && it != end;
+       it.increment(error)) {
+    const std::string name = it->path().filename().string();
+    if (name.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string pid_text = name.substr(prefix.size());
+    if (pid_text.empty() || pid_text.find_first_not_of("0123456789") != std::string::npos) continue;
+    const long pid = std::strtol(pid_text.c_str(), nullptr, 10);
+    if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+      boost::system::error_code ignored;
+      fs::remove(it->path(), ignored);
+    }
+  }
+}
+
+}  // namespace
+
+void WriteFileAtomically(const std::string& path, const std::string& example_name,
+                         const std::function<void(std::ostream& out, int& write_errno)>& write,
+                         const std::function<void()>& before_rename) {
+  fs::path target = fs::absolute(path);
+  TORCH_CHECK(!fs::is_directory(target), "output path '", path,
+              "' is a directory; give a file name such as ", example_name);
+  TORCH_CHECK(fs::is_directory(target.parent_path()), "cannot write '", path, "': directory '",
+              target.parent_path().string(), "' does not exist");
+  RemoveStaleTempFiles(target);
+  const std::string temp = TempNameFor(target);
+  // Out of space (ENOSPC), over a size limit (EFBIG): one line, old file kept.
+  auto refuse = [&](int error) {
+    TORCH_CHECK(false, "writing '", path, "' failed (", std::strerror(error), "); any earlier '",
+                path, "' is left as it was: free some space, or write elsewhere");
+  };
+  try {
+    int write_errno = 0;
+    {
+      std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+      if (!out) refuse(errno);
+      try {
+        write(out, write_errno);
+        out.flush();
+        if (!out && write_errno == 0) write_errno = errno != 0 ? errno : EIO;
+      } catch (const c10::Error&) {
+        if (write_errno == 0) throw;  // the writer failed for its own reason
+      }
+    }
+    if (write_errno != 0) refuse(write_errno);
+    if (int error = FsyncFile(temp)) refuse(error);
+    if (before_rename) before_rename();
+    fs::rename(temp, target);
+  } catch (...) {
+    boost::system::error_code ignored;
+    fs::remove(temp, ignored);
+    throw;
+  }
+}
+
+}  // namespace gpipe
