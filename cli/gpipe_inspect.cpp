@@ -65,7 +65,7 @@ std::string SelectivePlan(const torch::jit::Graph& recompute) {
     const std::string kind = node->kind().toQualString();
     if (kind.rfind("gpipe::saved_", 0) == 0)
       ++kept[kind.substr(13)];
-    else if (node->kind().is_aten())
+    else if (node->kind().is_aten() || kind == "gpipe::linear")
       ++recomputed;
   }
   std::string text = "keeps";

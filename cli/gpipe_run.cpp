@@ -133,6 +133,8 @@ int Main(int argc, char** argv) {
        "--save: also write it every K steps, so the last good state survives a crash (0 = only at the end)")
       ("detect-anomaly", "check every stage output and gradient for NaN/Inf and name the first "
        "stage and micro-batch that produced one")
+      ("per-micro-batch-weight-gradients", "ablation: each micro-batch's backward adds its linear "
+       "layers' weight gradients into .grad, instead of one product over a group of micro-batches")
       ("trace", po::value(&trace), "write a Chrome/Perfetto timeline of every task to this JSON file")
       ("report-memory", "print each stage's peak activation memory per step (counts CPU tensors "
        "the stage's tasks allocate)")
@@ -173,6 +175,7 @@ int Main(int argc, char** argv) {
   if (chunks > 0) options.chunks = chunks;
   options.threads_per_stage = static_cast<int>(threads_per_stage);
   options.detect_anomaly = vm.count("detect-anomaly") > 0;
+  options.batch_weight_gradients = vm.count("per-micro-batch-weight-gradients") == 0;
   if (vm.count("checkpoint")) options.checkpoint = gpipe::ParseCheckpointMode(checkpoint);
   if (vm.count("schedule")) options.schedule = schedule;
   if (vm.count("virtual-stages")) {

@@ -6,6 +6,7 @@
 #include <torch/csrc/jit/api/compilation_unit.h>
 #include <torch/csrc/jit/ir/alias_analysis.h>
 
+#include "passes/defer_weight_gradients.h"
 #include "runtime/keyed_random.h"
 #include "runtime/stage.h"
 
@@ -112,6 +113,7 @@ BuiltStage BuildStageModule(const StageGraph& stage, const std::vector<LiftedAtt
   auto add_method = [&](const std::string& name, const std::shared_ptr<torch::jit::Graph>& graph,
                         size_t leading_inputs) {
     auto method = ReadAttributesFromSelf(graph, m, leading_inputs, attribute_names);
+    DeferLinearWeightGradients(method);
     m.type()->addMethod(cu->create_function(c10::QualifiedName(*m.type()->name(), name), method));
     return method;
   };

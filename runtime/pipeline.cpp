@@ -172,6 +172,7 @@ Pipeline Pipeline::load(const std::string& path, const PipelineOptions& options)
   TORCH_CHECK(manifest.chunks >= 1, "chunks is ", manifest.chunks, "; it must be at least 1");
   core->chunks = manifest.chunks;
   core->detect_anomaly = options.detect_anomaly;
+  core->batch_weight_gradients = options.batch_weight_gradients;
   core->copies = std::make_unique<CopyStreams>(options.copy_streams);
   core->checkpoint = manifest.checkpoint;
   core->schedule = options.schedule.value_or(manifest.schedule);

@@ -36,6 +36,10 @@ struct PipelineOptions {
   // Ablation (bench/ablation.sh): every stage on one worker thread, as
   // PyTorch's Pipe runs CPU partitions, instead of one per stage/device.
   bool one_worker = false;
+  // Linear layers' weight gradients: one product per group of micro-batches
+  // after their backwards (deferred_weight_grads.h); false (an ablation,
+  // gpipe-run --per-micro-batch-weight-gradients): each backward adds its own.
+  bool batch_weight_gradients = true;
   // Ablation (bench/gpu.sh): CUDA copies run on the compute streams instead
   // of one copy stream per device (CopyStreams). No effect without CUDA.
   bool copy_streams = true;

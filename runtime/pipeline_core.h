@@ -43,6 +43,7 @@ struct PipelineCore {
   std::mutex run_mutex;  // one forward or backward schedule at a time
   int64_t chunks = 1;
   bool detect_anomaly = false;
+  bool batch_weight_gradients = true;  // PipelineOptions::batch_weight_gradients
   CheckpointMode checkpoint = CheckpointMode::ExceptLast;
   // train_step's order of work: a builder's name (BuildSchedule), built per
   // step for its micro-batch count, or a CSV file's path, read once into

@@ -11,6 +11,7 @@
 #include "runtime/pipeline_core.h"
 #include "runtime/recompute.h"
 #include "runtime/executor.h"
+#include "runtime/deferred_weight_grads.h"
 #include "runtime/keyed_random.h"
 #include "runtime/schedule_order.h"
 
@@ -101,6 +102,10 @@ class PipelineRun {
   void RunBackwardTask(size_t i, size_t j, ActionKind kind);
   void RecomputeIfCheckpointed(size_t i, size_t j, std::optional<BufferSnapshot>& buffers);
   void HandInputGrads(size_t i, size_t j, const std::vector<at::Tensor>& grads);
+  // A B or W task finished micro-batch i's weight gradients on stage j:
+  // computes the deferred linear weight gradients after the stage's last
+  // one of this run, or once they hold enough (deferred_weight_grads.h).
+  void FinishWeightGradients(size_t j);
   c10::IValue SourceValue(size_t i, const ValueSource& source) const;
   // Adds `grad` into `into`, a gradient kept on `device` (its stage's, or its
   // model input's): a gradient coming from another device is copied there.
@@ -129,6 +134,11 @@ class PipelineRun {
   const RunMicroBatchLoss* loss_ = nullptr;  // set while TrainStep runs
   std::vector<double> losses_;               // [micro-batch], written by RunLoss
   std::optional<size_t> loss_stage_;         // the last stage producing a model output
+  // [stage]: its linear layers' deferred weight gradients, and how many
+  // micro-batches' B or W tasks it has finished; each touched by its
+  // stage's tasks only (DeferredWeightGrads::Add also by autograd's threads).
+  std::vector<c10::intrusive_ptr<DeferredWeightGrads>> deferred_weight_grads_;
+  std::vector<size_t> weight_gradients_done_;
 };
 
 }  // namespace gpipe

@@ -70,6 +70,8 @@ void PipelineRun::RunForwardTask(size_t i, size_t j) {
     }
   } else {
     at::AutoGradMode grad_mode(needs_grad_);
+    // Linear layers leave their weight gradients to this stage's deferral.
+    DeferWeightGradsScope defer(deferred_weight_grads_[j], i);
     slot.outputs = stage.Run(slot.inputs);
     for (const auto& out : slot.outputs) slot.output_requires_grad.push_back(CarriesGrad(out));
   }
@@ -144,6 +146,7 @@ void PipelineRun::RecomputeIfCheckpointed(size_t i, size_t j,
   DrawScope draws(DrawKeyOf(i), stage.device);
   RecomputeScope recompute;
   at::AutoGradMode grad_mode(true);
+  DeferWeightGradsScope defer(deferred_weight_grads_[j], i);
   int64_t start = core_->trace.enabled() ? TaskTrace::NowNs() : 0;
   if (RunsRecomputePlan(core_->checkpoint)) {
     slot.outputs = stage.Recompute(slot.inputs, slot.saved);
@@ -170,6 +173,7 @@ void PipelineRun::RunBackwardTask(size_t i, size_t j, ActionKind kind) {
       into = into.defined() ? into + grad : grad;
     }
     slot = Slot();  // this (micro-batch, stage) is finished: free its activations
+    FinishWeightGradients(j);
     return;
   }
   slot.output_grads.resize(slot.outputs.size());
@@ -226,6 +230,14 @@ void PipelineRun::RunBackwardTask(size_t i, size_t j, ActionKind kind) {
   auto pending = std::move(slot.pending_weight_grads);
   slot = Slot();
   slot.pending_weight_grads = std::move(pending);
+  deferred_weight_grads_[j]->MarkDone(i);
+  // After the input gradients are handed on, so the previous stage is not kept waiting.
+  if (kind == ActionKind::kBackward) FinishWeightGradients(j);
+}
+
+void PipelineRun::FinishWeightGradients(size_t j) {
+  const bool last = ++weight_gradients_done_[j] == slots_.size();
+  deferred_weight_grads_[j]->Flush(/*everything=*/last);
 }
 
 void PipelineRun::HandInputGrads(size_t i, size_t j, const std::vector<at::Tensor>& grads) {

@@ -2,6 +2,7 @@
 
 #include <torch/library.h>
 
+#include "runtime/deferred_weight_grads.h"
 #include "runtime/keyed_random.h"
 #include "runtime/saved_ops.h"
 
@@ -33,4 +34,5 @@ TORCH_LIBRARY(gpipe, m) {
   m.def("is_recomputing() -> bool", &gpipe::is_recomputing);
   gpipe::DefineSavedOps(m);
   gpipe::DefineKeyedRandomOps(m);
+  gpipe::DefineDeferredLinear(m);
 }

@@ -9,6 +9,8 @@
 
 #include "runtime/saved_ops.h"
 
+#include "runtime/deferred_weight_grads.h"
+
 #include <ATen/ExpandUtils.h>
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -23,11 +25,19 @@ using torch::autograd::variable_list;
 at::Tensor Replay(const at::Tensor& saved) { return saved.detach(); }
 
 struct SavedLinear : torch::autograd::Function<SavedLinear> {
-  // `bias`: none or one tensor (autograd takes no undefined inputs).
+  // `grads`: where the weight's gradient is deferred to (null: computed here,
+  // see deferred_weight_grads.h). `bias`: none or one tensor (autograd takes
+  // no undefined inputs).
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& saved, const at::Tensor& input,
-                            const at::Tensor& weight, at::TensorList bias) {
+                            const at::Tensor& weight, c10::intrusive_ptr<DeferredWeightGrads> grads,
+                            int64_t micro_batch, at::TensorList bias) {
     ctx->save_for_backward({input, weight});
     ctx->saved_data["has_bias"] = !bias.empty();
+    if (grads) {
+      ctx->saved_data["grads"] = c10::IValue::make_capsule(std::move(grads));
+      ctx->saved_data["micro_batch"] = micro_batch;
+      if (!bias.empty()) ctx->saved_data["bias"] = bias[0];
+    }
     return Replay(saved);
   }
 
@@ -39,11 +49,21 @@ struct SavedLinear : torch::autograd::Function<SavedLinear> {
     at::Tensor grad_input, grad_weight, grad_bias;
     const int64_t out = weight.size(0), in = weight.size(-1);
     at::Tensor flat_grad = grad.reshape({-1, out});
+    const bool has_bias = ctx->saved_data["has_bias"].toBool();
     if (ctx->needs_input_grad(1)) grad_input = grad.matmul(weight);
-    if (ctx->needs_input_grad(2)) grad_weight = flat_grad.t().mm(input.reshape({-1, in}));
-    if (!ctx->saved_data["has_bias"].toBool()) return {at::Tensor(), grad_input, grad_weight};
-    if (ctx->needs_input_grad(3)) grad_bias = flat_grad.sum(0);
-    return {at::Tensor(), grad_input, grad_weight, grad_bias};
+    if (ctx->saved_data.count("grads")) {
+      auto deferred = c10::static_intrusive_pointer_cast<DeferredWeightGrads>(
+          ctx->saved_data["grads"].toCapsule());
+      deferred->Add(static_cast<size_t>(ctx->saved_data["micro_batch"].toInt()), weight,
+                    has_bias ? ctx->saved_data["bias"].toTensor() : at::Tensor(),
+                    input.reshape({-1, in}), flat_grad);
+    } else {
+      if (ctx->needs_input_grad(2)) grad_weight = flat_grad.t().mm(input.reshape({-1, in}));
+      if (has_bias && ctx->needs_input_grad(5)) grad_bias = flat_grad.sum(0);
+    }
+    variable_list result{at::Tensor(), grad_input, grad_weight, at::Tensor(), at::Tensor()};
+    if (has_bias) result.push_back(grad_bias);
+    return result;
   }
 };
 
@@ -139,7 +159,10 @@ std::vector<at::Tensor> AsList(const c10::optional<at::Tensor>& t) {
 at::Tensor SavedLinearOp(const at::Tensor& saved, const at::Tensor& input, const at::Tensor& weight,
                          const c10::optional<at::Tensor>& bias) {
   std::vector<at::Tensor> bias_list = AsList(bias);
-  return SavedLinear::apply(saved, input, weight, at::TensorList(bias_list));
+  const bool defers = DefersWeightGrad(weight, bias);
+  return SavedLinear::apply(
+      saved, input, weight, defers ? CurrentDeferral().grads : c10::intrusive_ptr<DeferredWeightGrads>(),
+      static_cast<int64_t>(CurrentDeferral().micro_batch), at::TensorList(bias_list));
 }
 
 at::Tensor SavedMatmulOp(const at::Tensor& saved, const at::Tensor& a, const at::Tensor& b) {
