@@ -8,6 +8,7 @@
 // ranks still running --grace-s after the first failure are killed.
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <boost/filesystem.hpp>
@@ -42,13 +43,16 @@ constexpr int kMaxRanks = 1024;
 std::atomic<pid_t> child_pids[kMaxRanks];
 std::atomic<int> num_children{0};
 
-// Ctrl-C in a terminal reaches every rank (one process group); a SIGINT sent
-// to the launcher alone is passed on. Each rank then finishes its step, saves
-// and exits 130, and the launcher waits for that.
-void ForwardSigint(int) {
+// Ctrl-C in a terminal reaches every rank (one process group); a SIGINT,
+// SIGTERM (timeout, Slurm, docker stop) or SIGHUP sent to the launcher alone
+// is passed on. Each rank then finishes its step, saves and exits 128 + the
+// signal, and the launcher waits for that. A launcher killed outright
+// (SIGKILL) cannot pass anything on: each rank asked the kernel for a SIGTERM
+// when its parent dies (gpipe-run, GPIPE_LAUNCHER_PID).
+void ForwardSignal(int signal) {
   for (int r = 0; r < num_children.load(); ++r) {
     pid_t pid = child_pids[r].load();
-    if (pid > 0) ::kill(pid, SIGINT);
+    if (pid > 0) ::kill(pid, signal);
   }
 }
 
@@ -136,7 +140,7 @@ int Main(int argc, char** argv) {
       boost::filesystem::read_symlink("/proc/self/exe").parent_path() / "gpipe-run";
   TORCH_CHECK(boost::filesystem::exists(gpipe_run),
               "gpipe-run is not next to gpipe-launch (looked for ", gpipe_run.string(), ")");
-  std::signal(SIGINT, ForwardSigint);
+  for (int signal : {SIGINT, SIGTERM, SIGHUP}) std::signal(signal, ForwardSignal);
 
   std::mutex print_mutex;
   std::vector<bp::child> children;
@@ -152,6 +156,7 @@ int Main(int argc, char** argv) {
     env["LOCAL_WORLD_SIZE"] = std::to_string(nproc);
     env["MASTER_ADDR"] = master_addr;
     env["MASTER_PORT"] = std::to_string(master_port);
+    env["GPIPE_LAUNCHER_PID"] = std::to_string(::getpid());
     children.emplace_back(bp::exe = gpipe_run.string(), bp::args = run_args, bp::env = env,
                           (bp::std_out & bp::std_err) > outputs[local]);
     child_pids[local] = children.back().id();

@@ -1,5 +1,8 @@
 // gpipe-run: run or train a pipelined artifact on random data.
 
+#include <sys/prctl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <boost/filesystem.hpp>
 #include <chrono>
@@ -28,8 +31,15 @@ namespace po = boost::program_options;
 
 namespace {
 
-constexpr int kExitInterrupted = 130;  // 128 + SIGINT, as shells report it
+// The signal that stopped the run (SIGINT, SIGTERM or SIGHUP), 0 while none
+// has: each finishes the step, saves (with --save) and exits 128 + the
+// signal, as shells report it (130, 143, 129). SIGTERM is what `timeout`,
+// Slurm and `docker stop` send; SIGHUP a closed terminal.
 volatile std::sig_atomic_t interrupted = 0;
+int ExitInterrupted() { return 128 + static_cast<int>(interrupted); }
+const char* SignalName(int signal) {
+  return signal == SIGTERM ? "SIGTERM" : signal == SIGHUP ? "SIGHUP" : "SIGINT";
+}
 
 // Random data: mse against a fixed random target, or the output's sum.
 gpipe::LossOptions RandomDataLoss(const std::string& kind) {
@@ -170,6 +180,12 @@ int Main(int argc, char** argv) {
   if (vm.count("ranks") && !distributed) throw po::error("--ranks needs --distributed");
   if (timeout_s < 1) throw po::error("--timeout-s must be at least 1");
   if (!vm["backend"].defaulted() && !distributed) throw po::error("--backend needs --distributed");
+  if (with_data && !trace.empty()) {
+    throw po::error("--trace records runs on --sample-input; training on --data writes no trace, so drop it");
+  }
+  if (vm.count("schedule") && !train) throw po::error("--schedule orders training's work; it needs --train");
+  // Before the run, not after it: a path that cannot be written would lose the run's work.
+  if (!save.empty()) gpipe::CheckOutputPath(save, "model.gpipe", "--save");
 
   gpipe::PipelineOptions options;
   if (chunks > 0) options.chunks = chunks;
@@ -224,13 +240,21 @@ int Main(int argc, char** argv) {
                 gpipe::ToString(pipe.checkpoint()).c_str(), static_cast<long long>(batch),
                 train ? "training" : "inference", load_seconds);
   }
+  if (!trace.empty()) gpipe::CheckOutputPath(RankFile(trace, rank, distributed), "trace.json", "--trace");
   if (distributed) {
     std::printf("rank %d of %d runs %zu of %zu stages%s\n", rank, peers->size(), pipe.num_local_stages(),
                 pipe.num_stages(), pipe.holds_outputs() ? " and computes the loss" : "");
   }
 
-  // Ctrl-C ends the current step cleanly, saves (with --save) and exits 130.
-  std::signal(SIGINT, [](int) { interrupted = 1; });
+  // Ctrl-C, SIGTERM or SIGHUP end the current step cleanly, save (with --save) and exit.
+  for (int signal : {SIGINT, SIGTERM, SIGHUP}) {
+    std::signal(signal, [](int received) { interrupted = received; });
+  }
+  // Started by gpipe-launch: a launcher that dies (even by SIGKILL) stops this rank as SIGTERM would.
+  if (const char* launcher = std::getenv("GPIPE_LAUNCHER_PID")) {
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (std::to_string(::getppid()) != launcher) interrupted = SIGTERM;  // it died before prctl
+  }
   if (with_data) {
     // After each step: a Ctrl-C on any rank stops every rank.
     auto stop = [&](int64_t step) {
@@ -239,7 +263,7 @@ int Main(int argc, char** argv) {
       if (peers) {
         at::Tensor stop = at::full({1}, interrupted ? 1.0 : 0.0, at::kDouble);
         peers->AllReduceSum(stop, "the end of step " + std::to_string(step));
-        if (stop.item<double>() > 0) interrupted = 1;
+        if (stop.item<double>() > 0 && !interrupted) interrupted = SIGINT;  // another rank's
       }
       return interrupted != 0;
     };
@@ -249,8 +273,11 @@ int Main(int argc, char** argv) {
     if (vm.count("resume")) checkpoints.resume_from = artifact;
     const int64_t done = gpipe::TrainOnData(pipe, data_cli, vm, lr, data_steps, static_cast<uint64_t>(seed), peers,
                                             verbose, checkpoints, stop);
-    if (interrupted && verbose) std::printf("interrupted after %lld steps\n", static_cast<long long>(done));
-    return interrupted ? kExitInterrupted : 0;
+    if (interrupted && verbose) {
+      std::printf("interrupted after %lld steps (%s)\n", static_cast<long long>(done),
+                  SignalName(interrupted));
+    }
+    return interrupted ? ExitInterrupted() : 0;
   }
   const gpipe::LossOptions loss = RandomDataLoss(loss_kind);
   torch::optim::SGD optimizer(pipe.parameters(), torch::optim::SGDOptions(lr));
@@ -299,7 +326,7 @@ int Main(int argc, char** argv) {
     if (peers) {  // a Ctrl-C on any rank stops every rank after this step
       at::Tensor stop = at::full({1}, interrupted ? 1.0 : 0.0, at::kDouble);
       peers->AllReduceSum(stop, "the end of step " + std::to_string(step));
-      if (stop.item<double>() > 0) interrupted = 1;
+      if (stop.item<double>() > 0 && !interrupted) interrupted = SIGINT;  // another rank's
     }
     if (verbose && train) {
       std::printf("step %lld/%lld  loss %.6f  %.1f samples/s\n", static_cast<long long>(step),
@@ -317,11 +344,11 @@ int Main(int argc, char** argv) {
     std::fflush(stdout);
   }
   if (interrupted && verbose) {
-    std::printf("interrupted after step %lld of %lld\n", static_cast<long long>(done),
-                static_cast<long long>(steps));
+    std::printf("interrupted after step %lld of %lld (%s)\n", static_cast<long long>(done),
+                static_cast<long long>(steps), SignalName(interrupted));
   }
   if (done == 0) {  // interrupted before any step finished: nothing new to report or save
-    return kExitInterrupted;
+    return ExitInterrupted();
   }
   steps = done;
   // Step 1 pays for warm-up (allocations, executor profiling): leave it out when we can.
@@ -346,7 +373,7 @@ int Main(int argc, char** argv) {
     pipe.save(save);
     if (verbose) std::printf("saved %s\n", save.c_str());
   }
-  return interrupted ? kExitInterrupted : 0;
+  return interrupted ? ExitInterrupted() : 0;
 }
 
 }  // namespace

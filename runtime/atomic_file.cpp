@@ -53,14 +53,31 @@ void RemoveStaleTempFiles(const fs::path& target) {
 
 }  // namespace
 
+void CheckOutputPath(const std::string& path, const std::string& example_name,
+                     const std::string& option) {
+  const std::string named = option.empty() ? "'" + path + "'" : option + " '" + path + "'";
+  fs::path target = fs::absolute(path);
+  TORCH_CHECK(!fs::is_directory(target), option.empty() ? "output path" : option.c_str(), " '", path,
+              "' is a directory; give a file name such as ", example_name);
+  const fs::path directory = target.parent_path();
+  TORCH_CHECK(fs::is_directory(directory), "cannot write ", named, ": directory '",
+              directory.string(), "' does not exist");
+  TORCH_CHECK(::access(directory.c_str(), W_OK | X_OK) == 0, "cannot write ", named,
+              ": directory '", directory.string(), "' is not writable (", std::strerror(errno),
+              "); write elsewhere");
+  boost::system::error_code error;
+  const fs::file_status status = fs::symlink_status(target, error);
+  TORCH_CHECK(!fs::exists(status) || fs::is_regular_file(status), named,
+              " exists and is not a regular file (a device, pipe, socket or symbolic link), "
+              "which writing would replace; give the name of a regular file, such as ",
+              example_name);
+}
+
 void WriteFileAtomically(const std::string& path, const std::string& example_name,
                          const std::function<void(std::ostream& out, int& write_errno)>& write,
                          const std::function<void()>& before_rename) {
+  CheckOutputPath(path, example_name);
   fs::path target = fs::absolute(path);
-  TORCH_CHECK(!fs::is_directory(target), "output path '", path,
-              "' is a directory; give a file name such as ", example_name);
-  TORCH_CHECK(fs::is_directory(target.parent_path()), "cannot write '", path, "': directory '",
-              target.parent_path().string(), "' does not exist");
   RemoveStaleTempFiles(target);
   const std::string temp = TempNameFor(target);
   // Out of space (ENOSPC), over a size limit (EFBIG): one line, old file kept.

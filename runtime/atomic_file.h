@@ -20,6 +20,15 @@ namespace gpipe {
 // file is on disk and before it replaces `path` (a test hook).
 // `example_name` completes "give a file name such as ..." when `path` is a
 // directory.
+// What WriteFileAtomically would refuse about `path`, so that a long run
+// can check its outputs before it starts instead of losing its work at the
+// end: a directory in the way, a missing or unwritable directory, or an
+// existing path that is not a regular file (a device, pipe, socket or
+// symbolic link, which the rename would replace). `option` names it in the
+// message ("--save"; empty: "output path").
+void CheckOutputPath(const std::string& path, const std::string& example_name,
+                     const std::string& option = "");
+
 void WriteFileAtomically(const std::string& path, const std::string& example_name,
                          const std::function<void(std::ostream& out, int& write_errno)>& write,
                          const std::function<void()>& before_rename = nullptr);

@@ -59,7 +59,7 @@ struct SavedLinear : torch::autograd::Function<SavedLinear> {
                     input.reshape({-1, in}), flat_grad);
     } else {
       if (ctx->needs_input_grad(2)) grad_weight = flat_grad.t().mm(input.reshape({-1, in}));
-      if (has_bias && ctx->needs_input_grad(5)) grad_bias = flat_grad.sum(0);
+      if (has_bias && ctx->needs_input_grad(3)) grad_bias = flat_grad.sum(0);  // tensor inputs only
     }
     variable_list result{at::Tensor(), grad_input, grad_weight, at::Tensor(), at::Tensor()};
     if (has_bias) result.push_back(grad_bias);
