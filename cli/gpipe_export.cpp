@@ -3,9 +3,9 @@
 
 #include <cstdio>
 
+#include <torch/script.h>
 #include <boost/filesystem.hpp>
 #include <boost/program_options.hpp>
-#include <torch/script.h>
 
 #include "cli/cli_main.h"
 #include "runtime/atomic_file.h"
@@ -51,7 +51,8 @@ int Main(int argc, char** argv) {
   if (!gpipe::ParseCommandLine(argc, argv, opts, "artifact", vm)) return 0;
   if (artifact.empty()) throw po::error("the artifact file is missing");
   if (output.empty() && state_dict.empty()) {
-    throw po::error("nothing to write: give -o model.pt, --state-dict weights.safetensors, or both");
+    throw po::error(
+        "nothing to write: give -o model.pt, --state-dict weights.safetensors, or both");
   }
   for (const std::string* path : {&output, &state_dict}) {
     TORCH_CHECK(path->empty() || !SamePath(*path, artifact), "'", *path,
@@ -60,11 +61,12 @@ int Main(int argc, char** argv) {
   TORCH_CHECK(output.empty() || state_dict.empty() || !SamePath(output, state_dict),
               "-o and --state-dict both name '", output, "'; give them different files");
 
-  torch::jit::Module exported =
-      gpipe::ExportModel(artifact, model.empty() ? std::nullopt : std::optional<std::string>(model));
+  torch::jit::Module exported = gpipe::ExportModel(
+      artifact, model.empty() ? std::nullopt : std::optional<std::string>(model));
   const auto tensors = gpipe::StateDictOf(exported);
   if (!output.empty()) {
-    gpipe::WriteFileAtomically(output, "model.pt", [&](std::ostream& out, int&) { exported.save(out); });
+    gpipe::WriteFileAtomically(output, "model.pt",
+                               [&](std::ostream& out, int&) { exported.save(out); });
     std::printf("wrote %s: the source model with %zu trained tensors (%.1f MiB)\n", output.c_str(),
                 tensors.size(), MiB(tensors));
   }

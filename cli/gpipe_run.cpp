@@ -181,9 +181,12 @@ int Main(int argc, char** argv) {
   if (timeout_s < 1) throw po::error("--timeout-s must be at least 1");
   if (!vm["backend"].defaulted() && !distributed) throw po::error("--backend needs --distributed");
   if (with_data && !trace.empty()) {
-    throw po::error("--trace records runs on --sample-input; training on --data writes no trace, so drop it");
+    throw po::error(
+        "--trace records runs on --sample-input; training on --data writes no trace, so drop it");
   }
-  if (vm.count("schedule") && !train) throw po::error("--schedule orders training's work; it needs --train");
+  if (vm.count("schedule") && !train) {
+    throw po::error("--schedule orders training's work; it needs --train");
+  }
   // Before the run, not after it: a path that cannot be written would lose the run's work.
   if (!save.empty()) gpipe::CheckOutputPath(save, "model.gpipe", "--save");
 
@@ -240,7 +243,9 @@ int Main(int argc, char** argv) {
                 gpipe::ToString(pipe.checkpoint()).c_str(), static_cast<long long>(batch),
                 train ? "training" : "inference", load_seconds);
   }
-  if (!trace.empty()) gpipe::CheckOutputPath(RankFile(trace, rank, distributed), "trace.json", "--trace");
+  if (!trace.empty()) {
+    gpipe::CheckOutputPath(RankFile(trace, rank, distributed), "trace.json", "--trace");
+  }
   if (distributed) {
     std::printf("rank %d of %d runs %zu of %zu stages%s\n", rank, peers->size(), pipe.num_local_stages(),
                 pipe.num_stages(), pipe.holds_outputs() ? " and computes the loss" : "");
@@ -250,7 +255,7 @@ int Main(int argc, char** argv) {
   for (int signal : {SIGINT, SIGTERM, SIGHUP}) {
     std::signal(signal, [](int received) { interrupted = received; });
   }
-  // Started by gpipe-launch: a launcher that dies (even by SIGKILL) stops this rank as SIGTERM would.
+  // Started by gpipe-launch: a launcher that dies (even by SIGKILL) stops this rank like SIGTERM.
   if (const char* launcher = std::getenv("GPIPE_LAUNCHER_PID")) {
     ::prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (std::to_string(::getppid()) != launcher) interrupted = SIGTERM;  // it died before prctl

@@ -182,7 +182,7 @@ CompileReport CompileModel(const std::string& model_path, const std::string& out
   BuiltPipeline built = BuildPipeline(program, plan, options);
   built.manifest.balance_method = BalanceMethod(options);
   built.manifest.unit_costs = report.unit_costs;
-  // The model as the user gave it, byte for byte: gpipe-export writes it back with the trained weights.
+  // The model as the user gave it, byte for byte, for gpipe-export to write back trained.
   std::ifstream source(model_path, std::ios::binary);
   std::ostringstream source_bytes;
   source_bytes << source.rdbuf();

@@ -57,8 +57,8 @@ void CheckOutputPath(const std::string& path, const std::string& example_name,
                      const std::string& option) {
   const std::string named = option.empty() ? "'" + path + "'" : option + " '" + path + "'";
   fs::path target = fs::absolute(path);
-  TORCH_CHECK(!fs::is_directory(target), option.empty() ? "output path" : option.c_str(), " '", path,
-              "' is a directory; give a file name such as ", example_name);
+  TORCH_CHECK(!fs::is_directory(target), option.empty() ? "output path" : option.c_str(), " '",
+              path, "' is a directory; give a file name such as ", example_name);
   const fs::path directory = target.parent_path();
   TORCH_CHECK(fs::is_directory(directory), "cannot write ", named, ": directory '",
               directory.string(), "' does not exist");

@@ -39,8 +39,8 @@ struct DeferredLinear : torch::autograd::Function<DeferredLinear> {
     if (ctx->needs_input_grad(0)) grad_input = grad.matmul(weight);
     const bool has_bias = ctx->saved_data["has_bias"].toBool();
     if (grad.defined()) {
-      auto grads =
-          c10::static_intrusive_pointer_cast<DeferredWeightGrads>(ctx->saved_data["grads"].toCapsule());
+      auto grads = c10::static_intrusive_pointer_cast<DeferredWeightGrads>(
+          ctx->saved_data["grads"].toCapsule());
       const at::Tensor bias = has_bias ? ctx->saved_data["bias"].toTensor() : at::Tensor();
       grads->Add(static_cast<size_t>(ctx->saved_data["micro_batch"].toInt()), weight, bias,
                  input.reshape({-1, weight.size(-1)}), grad.reshape({-1, weight.size(0)}));
@@ -56,7 +56,8 @@ at::Tensor LinearOp(const at::Tensor& input, const at::Tensor& weight,
   if (!DefersWeightGrad(weight, bias)) return at::linear(input, weight, bias);
   std::vector<at::Tensor> bias_list;
   if (bias && bias->defined()) bias_list.push_back(*bias);
-  return DeferredLinear::apply(input, weight, current.grads, static_cast<int64_t>(current.micro_batch),
+  return DeferredLinear::apply(input, weight, current.grads,
+                               static_cast<int64_t>(current.micro_batch),
                                at::TensorList(bias_list));
 }
 
@@ -92,7 +93,8 @@ void DeferredWeightGrads::MarkDone(size_t micro_batch) {
   std::lock_guard<std::mutex> lock(mutex_);
   done_[micro_batch] = true;
   if (!group_size_ && bytes_of_[micro_batch] > 0) {
-    group_size_ = static_cast<size_t>(std::max<int64_t>(1, weight_bytes_ / 2 / bytes_of_[micro_batch]));
+    group_size_ =
+        static_cast<size_t>(std::max<int64_t>(1, weight_bytes_ / 2 / bytes_of_[micro_batch]));
   }
 }
 
@@ -121,7 +123,8 @@ void DeferredWeightGrads::FlushRange(size_t begin, size_t end) {
   for (Layer& layer : layers_) {
     std::vector<Rows> group, rest;
     for (Rows& rows : layer.pending) {
-      (rows.micro_batch >= begin && rows.micro_batch < end ? group : rest).push_back(std::move(rows));
+      (rows.micro_batch >= begin && rows.micro_batch < end ? group : rest)
+          .push_back(std::move(rows));
     }
     layer.pending = std::move(rest);
     if (group.empty()) continue;

@@ -69,9 +69,9 @@ class DeferredWeightGrads : public torch::CustomClassHolder {
   mutable std::mutex mutex_;
   std::vector<Layer> layers_;                         // in first-use order
   std::unordered_map<const void*, size_t> layer_of_;  // weight's TensorImpl -> layer
-  std::vector<int64_t> bytes_of_;                     // [micro-batch] pending input + gradient bytes
-  std::vector<bool> done_;                            // [micro-batch]
-  std::vector<bool> flushed_;                         // [micro-batch]
+  std::vector<int64_t> bytes_of_;  // [micro-batch] pending input + gradient bytes
+  std::vector<bool> done_;         // [micro-batch]
+  std::vector<bool> flushed_;      // [micro-batch]
   int64_t weight_bytes_ = 0;
   std::optional<size_t> group_size_;  // set when the first micro-batch is done
 };

@@ -7,10 +7,10 @@
 #include <map>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
 #include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/jit/serialization/export.h>
 #include <torch/csrc/jit/serialization/pickler.h>
+#include <nlohmann/json.hpp>
 
 #include "runtime/artifact.h"
 #include "runtime/atomic_file.h"
@@ -30,17 +30,28 @@ torch::jit::Module LoadOnCpu(std::istream& bytes, const std::string& what) {
 // safetensors' names of the dtypes it stores.
 std::optional<std::string> SafetensorsDtype(at::ScalarType type) {
   switch (type) {
-    case at::kFloat: return "F32";
-    case at::kDouble: return "F64";
-    case at::kHalf: return "F16";
-    case at::kBFloat16: return "BF16";
-    case at::kLong: return "I64";
-    case at::kInt: return "I32";
-    case at::kShort: return "I16";
-    case at::kChar: return "I8";
-    case at::kByte: return "U8";
-    case at::kBool: return "BOOL";
-    default: return std::nullopt;
+    case at::kFloat:
+      return "F32";
+    case at::kDouble:
+      return "F64";
+    case at::kHalf:
+      return "F16";
+    case at::kBFloat16:
+      return "BF16";
+    case at::kLong:
+      return "I64";
+    case at::kInt:
+      return "I32";
+    case at::kShort:
+      return "I16";
+    case at::kChar:
+      return "I8";
+    case at::kByte:
+      return "U8";
+    case at::kBool:
+      return "BOOL";
+    default:
+      return std::nullopt;
   }
 }
 
@@ -60,7 +71,8 @@ void WriteSafetensors(std::ostream& out, int& write_errno,
                 tensor.scalar_type(), " type; write a .pt state dict instead");
     at::Tensor contiguous = tensor.detach().to(at::kCPU).contiguous();
     const uint64_t bytes = contiguous.numel() * contiguous.element_size();
-    header[name] = {{"dtype", *dtype}, {"shape", contiguous.sizes().vec()},
+    header[name] = {{"dtype", *dtype},
+                    {"shape", contiguous.sizes().vec()},
                     {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
     data.push_back(contiguous);
@@ -91,7 +103,8 @@ torch::jit::Module ExportModel(const std::string& artifact_path,
   std::string source;
   if (source_model_path) {
     TORCH_CHECK(boost::filesystem::is_regular_file(*source_model_path), "source model '",
-                *source_model_path, "' does not exist or is not a file; give the TorchScript "
+                *source_model_path,
+                "' does not exist or is not a file; give the TorchScript "
                 "file the artifact was compiled from");
     source = "source model '" + *source_model_path + "'";
     std::ifstream bytes(*source_model_path, std::ios::binary);
@@ -124,11 +137,12 @@ torch::jit::Module ExportModel(const std::string& artifact_path,
       const at::Tensor trained = stage.attr(p.name).toTensor();
       auto target = targets.find(p.original);
       TORCH_CHECK(target != targets.end(), source, " has no parameter or buffer '", p.original,
-                  "' that stage ", s, " holds: it is not the model this artifact was compiled "
+                  "' that stage ", s,
+                  " holds: it is not the model this artifact was compiled "
                   "from; give that one with --model");
       TORCH_CHECK(target->second.sizes() == trained.sizes(), "'", p.original, "' has shape ",
-                  target->second.sizes(), " in ", source, " but ", trained.sizes(), " in stage ",
-                  s, ": it is not the model this artifact was compiled from; give that one with "
+                  target->second.sizes(), " in ", source, " but ", trained.sizes(), " in stage ", s,
+                  ": it is not the model this artifact was compiled from; give that one with "
                   "--model");
       target->second.copy_(trained);  // in place: ties and the module's own dtype are kept
     }
@@ -138,8 +152,10 @@ torch::jit::Module ExportModel(const std::string& artifact_path,
 
 std::vector<std::pair<std::string, at::Tensor>> StateDictOf(const torch::jit::Module& module) {
   std::vector<std::pair<std::string, at::Tensor>> tensors;
-  for (const auto& p : module.named_parameters(/*recurse=*/true)) tensors.emplace_back(p.name, p.value);
-  for (const auto& b : module.named_buffers(/*recurse=*/true)) tensors.emplace_back(b.name, b.value);
+  for (const auto& p : module.named_parameters(/*recurse=*/true))
+    tensors.emplace_back(p.name, p.value);
+  for (const auto& b : module.named_buffers(/*recurse=*/true))
+    tensors.emplace_back(b.name, b.value);
   return tensors;
 }
 
@@ -153,7 +169,8 @@ void WriteStateDict(const std::string& path,
     return;
   }
   TORCH_CHECK(extension == ".pt" || extension == ".pth" || extension == ".bin", "state dict '",
-              path, "' has neither the .safetensors nor the .pt extension; name it "
+              path,
+              "' has neither the .safetensors nor the .pt extension; name it "
               "weights.safetensors (Hugging Face's safetensors) or weights.pt (torch.save)");
   // torch.save's zip layout, as torch::jit::pickle_save writes it, but
   // without its TorchScript type tags, which torch.load(weights_only=True)

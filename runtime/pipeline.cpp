@@ -13,11 +13,11 @@
 
 #include "runtime/artifact.h"
 #include "runtime/keyed_random.h"
+#include "runtime/model_export.h"
 #include "runtime/peer_group.h"
 #include "runtime/pipeline_backward.h"
 #include "runtime/pipeline_core.h"
 #include "runtime/pipeline_error.h"
-#include "runtime/model_export.h"
 #include "runtime/pipeline_run.h"
 #include "runtime/schedule_csv.h"
 #include "runtime/schedule_validate.h"
@@ -392,7 +392,8 @@ void Pipeline::save(const std::string& path, const std::vector<ArtifactRecord>& 
   records.insert(records.end(), extra.begin(), extra.end());
   auto add_source_model = [&] {
     if (core_->source_artifact) {
-      records.push_back({kSourceModelRecord, core_->source_artifact->ReadRecord(kSourceModelRecord)});
+      records.push_back(
+          {kSourceModelRecord, core_->source_artifact->ReadRecord(kSourceModelRecord)});
     }
   };
   if (!core_->peers) {

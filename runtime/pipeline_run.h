@@ -7,12 +7,12 @@
 
 #include <ATen/core/ivalue.h>
 
+#include "runtime/deferred_weight_grads.h"
+#include "runtime/executor.h"
+#include "runtime/keyed_random.h"
 #include "runtime/microbatch.h"
 #include "runtime/pipeline_core.h"
 #include "runtime/recompute.h"
-#include "runtime/executor.h"
-#include "runtime/deferred_weight_grads.h"
-#include "runtime/keyed_random.h"
 #include "runtime/schedule_order.h"
 
 namespace gpipe {

@@ -161,7 +161,8 @@ at::Tensor SavedLinearOp(const at::Tensor& saved, const at::Tensor& input, const
   std::vector<at::Tensor> bias_list = AsList(bias);
   const bool defers = DefersWeightGrad(weight, bias);
   return SavedLinear::apply(
-      saved, input, weight, defers ? CurrentDeferral().grads : c10::intrusive_ptr<DeferredWeightGrads>(),
+      saved, input, weight,
+      defers ? CurrentDeferral().grads : c10::intrusive_ptr<DeferredWeightGrads>(),
       static_cast<int64_t>(CurrentDeferral().micro_batch), at::TensorList(bias_list));
 }
 

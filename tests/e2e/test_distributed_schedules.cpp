@@ -89,7 +89,8 @@ void ExpectSameStep(const StepResult& want, const StepResult& got, const std::st
   ASSERT_EQ(got.grads.size(), want.grads.size()) << label;
   for (const auto& [name, grad] : want.grads) {
     ASSERT_TRUE(got.grads.count(name)) << label << " " << name;
-    EXPECT_EQ(testing::MaxAbsDiff(got.grads.at(name), grad), 0.0) << label << " " << name << ": bitwise";
+    EXPECT_EQ(testing::MaxAbsDiff(got.grads.at(name), grad), 0.0)
+        << label << " " << name << ": bitwise";
   }
 }
 

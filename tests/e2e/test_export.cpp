@@ -40,7 +40,7 @@ TEST(Export, TrainedModelsComeBackAsTheirSourceModuleWithTheTrainedWeights) {
   at::manual_seed(3);
   const ExportCase cases[] = {
       {"mlp9.pt", "8x16", at::randn({6, 16})},
-      {"conv_bn.pt", "8x3x6x6", at::randn({6, 3, 6, 6})},  // batch norm's running statistics
+      {"conv_bn.pt", "8x3x6x6", at::randn({6, 3, 6, 6})},     // batch norm's running statistics
       {"gpt.pt", "8x16:int64:50", at::randint(50, {6, 16})},  // embedding and head tied
   };
   for (const ExportCase& c : cases) {
@@ -48,9 +48,9 @@ TEST(Export, TrainedModelsComeBackAsTheirSourceModuleWithTheTrainedWeights) {
     auto compiled = RunCli("gpipe-compile", TestModel(c.model) + " -o " + dir.path("a.gpipe") +
                                                 " --stages 3 --chunks 2");
     ASSERT_EQ(compiled.exit_code, 0) << compiled.output;
-    auto trained = RunCli("gpipe-run", dir.path("a.gpipe") + " --train --steps 2 --lr 0.05 " +
-                                           "--sample-input " + c.sample + " --save " +
-                                           dir.path("t.gpipe"));
+    auto trained =
+        RunCli("gpipe-run", dir.path("a.gpipe") + " --train --steps 2 --lr 0.05 " +
+                                "--sample-input " + c.sample + " --save " + dir.path("t.gpipe"));
     ASSERT_EQ(trained.exit_code, 0) << trained.output;
     auto exported = RunCli("gpipe-export", dir.path("t.gpipe") + " -o " + dir.path("m.pt") +
                                                " --state-dict " + dir.path("w.safetensors"));
@@ -83,8 +83,8 @@ TEST(Export, TrainedModelsComeBackAsTheirSourceModuleWithTheTrainedWeights) {
 // strictly into the nn.Module the test model was built from.
 TEST(Export, PythonLoadsTheModelAndBothStateDictsIntoTheSourceModule) {
   TempDir dir;
-  ASSERT_EQ(RunCli("gpipe-compile", TestModel("mlp9.pt") + " -o " + dir.path("a.gpipe") +
-                                        " --stages 3 --chunks 2")
+  ASSERT_EQ(RunCli("gpipe-compile",
+                   TestModel("mlp9.pt") + " -o " + dir.path("a.gpipe") + " --stages 3 --chunks 2")
                 .exit_code,
             0);
   ASSERT_EQ(RunCli("gpipe-run", dir.path("a.gpipe") + " --train --steps 2 --sample-input 8x16 " +
@@ -94,10 +94,10 @@ TEST(Export, PythonLoadsTheModelAndBothStateDictsIntoTheSourceModule) {
   auto exported = RunCli("gpipe-export", dir.path("t.gpipe") + " -o " + dir.path("m.pt") +
                                              " --state-dict " + dir.path("w.pt"));
   ASSERT_EQ(exported.exit_code, 0) << exported.output;
-  ASSERT_EQ(RunCli("gpipe-export", dir.path("t.gpipe") + " --state-dict " +
-                                       dir.path("w.safetensors"))
-                .exit_code,
-            0);
+  ASSERT_EQ(
+      RunCli("gpipe-export", dir.path("t.gpipe") + " --state-dict " + dir.path("w.safetensors"))
+          .exit_code,
+      0);
   auto checked = testing::RunShell(std::string(GPIPE_PYTHON) + " " + GPIPE_SOURCE_DIR +
                                    "/tests/check_export.py " + dir.path("m.pt") + " " +
                                    dir.path("w.pt") + " " + dir.path("w.safetensors"));
@@ -108,13 +108,14 @@ TEST(Export, PythonLoadsTheModelAndBothStateDictsIntoTheSourceModule) {
 // A checkpoint saved by several processes keeps the source model too.
 TEST(Export, ACheckpointOfSeveralProcessesExports) {
   TempDir dir;
-  ASSERT_EQ(RunCli("gpipe-compile", TestModel("mlp9.pt") + " -o " + dir.path("a.gpipe") +
-                                        " --stages 4 --chunks 4")
+  ASSERT_EQ(RunCli("gpipe-compile",
+                   TestModel("mlp9.pt") + " -o " + dir.path("a.gpipe") + " --stages 4 --chunks 4")
                 .exit_code,
             0);
-  auto launched = RunCli("gpipe-launch", "--nproc 2 " + dir.path("a.gpipe") +
-                                             " --train --steps 2 --sample-input 8x16 --ranks 0,0,1,1 " +
-                                             "--save " + dir.path("t.gpipe"));
+  auto launched =
+      RunCli("gpipe-launch", "--nproc 2 " + dir.path("a.gpipe") +
+                                 " --train --steps 2 --sample-input 8x16 --ranks 0,0,1,1 " +
+                                 "--save " + dir.path("t.gpipe"));
   ASSERT_EQ(launched.exit_code, 0) << launched.output;
   auto exported = RunCli("gpipe-export", dir.path("t.gpipe") + " -o " + dir.path("m.pt"));
   ASSERT_EQ(exported.exit_code, 0) << exported.output;
@@ -126,8 +127,8 @@ TEST(Export, ACheckpointOfSeveralProcessesExports) {
 
 TEST(Export, BadRequestsAreOneLineErrorsAndWriteNothing) {
   TempDir dir;
-  ASSERT_EQ(RunCli("gpipe-compile", TestModel("mlp9.pt") + " -o " + dir.path("a.gpipe") +
-                                        " --stages 2 --chunks 2")
+  ASSERT_EQ(RunCli("gpipe-compile",
+                   TestModel("mlp9.pt") + " -o " + dir.path("a.gpipe") + " --stages 2 --chunks 2")
                 .exit_code,
             0);
   auto error_of = [&](const std::string& arguments) {
@@ -155,11 +156,11 @@ TEST(Export, BadRequestsAreOneLineErrorsAndWriteNothing) {
                 TestModel("conv_bn.pt") +
                 "' but [32, 16] in stage 0: it is not the model this artifact was compiled from; "
                 "give that one with --model\n");
-  EXPECT_EQ(error_of(dir.path("a.gpipe") + " -o " + dir.path("m.pt") + " --model " +
-                     TestModel("gpt.pt")),
-            "gpipe-export: error: source model '" + TestModel("gpt.pt") +
-                "' has no parameter or buffer '0.weight' that stage 0 holds: it is not the model "
-                "this artifact was compiled from; give that one with --model\n");
+  EXPECT_EQ(
+      error_of(dir.path("a.gpipe") + " -o " + dir.path("m.pt") + " --model " + TestModel("gpt.pt")),
+      "gpipe-export: error: source model '" + TestModel("gpt.pt") +
+          "' has no parameter or buffer '0.weight' that stage 0 holds: it is not the model "
+          "this artifact was compiled from; give that one with --model\n");
   EXPECT_FALSE(boost::filesystem::exists(dir.path("m.pt")));
 
   // An artifact from before gpipe-compile kept its source model: --model supplies it.

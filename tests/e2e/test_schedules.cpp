@@ -306,8 +306,8 @@ void ExpectEveryScheduleAndCheckpointModeTrainsToTheSameWeights(const std::strin
       const auto got = train(c, mode);
       ASSERT_EQ(got.size(), want.size());
       EXPECT_EQ(worst_difference(got, c.schedule == "gpipe" ? want_gpipe : want), 0.0)
-          << model << " " << c.schedule << " " << ToString(mode) << ": bitwise (another seed: "
-          << other_seed << ")";
+          << model << " " << c.schedule << " " << ToString(mode)
+          << ": bitwise (another seed: " << other_seed << ")";
     }
   }
 }

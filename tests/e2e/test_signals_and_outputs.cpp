@@ -27,11 +27,12 @@ std::string SignalWhenReady(const std::string& command, const std::string& ready
 
 TEST(Signals, SigtermAndSighupFinishTheStepSaveAndExitAsTheShellReportsThem) {
   TempDir dir;
-  ASSERT_EQ(RunCli("gpipe-compile", TestModel("mlp9.pt") + " -o " + dir.path("m.gpipe") +
-                                        " --stages 2 --chunks 2")
+  ASSERT_EQ(RunCli("gpipe-compile",
+                   TestModel("mlp9.pt") + " -o " + dir.path("m.gpipe") + " --stages 2 --chunks 2")
                 .exit_code,
             0);
-  for (const auto& [signal, code] : {std::pair<std::string, std::string>{"TERM", "143"}, {"HUP", "129"}}) {
+  for (const auto& [signal, code] :
+       {std::pair<std::string, std::string>{"TERM", "143"}, {"HUP", "129"}}) {
     const std::string out = dir.path(signal + ".gpipe");
     auto result = RunShell(SignalWhenReady(
         CliPath("gpipe-run") + " " + dir.path("m.gpipe") +
@@ -49,13 +50,14 @@ TEST(Signals, SigtermAndSighupFinishTheStepSaveAndExitAsTheShellReportsThem) {
 // together; SIGKILL cannot be passed on, and the ranks stop by themselves.
 TEST(Signals, TheLauncherPassesSigtermOnAndItsRanksDoNotOutliveIt) {
   TempDir dir;
-  ASSERT_EQ(RunCli("gpipe-compile", TestModel("mlp9.pt") + " -o " + dir.path("m.gpipe") +
-                                        " --stages 2 --chunks 2")
+  ASSERT_EQ(RunCli("gpipe-compile",
+                   TestModel("mlp9.pt") + " -o " + dir.path("m.gpipe") + " --stages 2 --chunks 2")
                 .exit_code,
             0);
   const std::string out = dir.path("t.gpipe");
-  const std::string launch = CliPath("gpipe-launch") + " --nproc 2 " + dir.path("m.gpipe") +
-                             " --sample-input 8x16 --train --steps 1000000 --checkpoint-every 1 --save ";
+  const std::string launch =
+      CliPath("gpipe-launch") + " --nproc 2 " + dir.path("m.gpipe") +
+      " --sample-input 8x16 --train --steps 1000000 --checkpoint-every 1 --save ";
   auto termed = RunShell(SignalWhenReady(launch + out, out, "TERM"));
   EXPECT_OUTPUT_HAS(termed, "[rank 0] interrupted after step");  // rank 0 speaks for all
   EXPECT_OUTPUT_HAS(termed, "(SIGTERM)");
@@ -77,16 +79,16 @@ TEST(Signals, TheLauncherPassesSigtermOnAndItsRanksDoNotOutliveIt) {
 // Checked before the first step: nothing is trained for nothing.
 TEST(OutputPaths, AnOutputThatCannotBeWrittenIsRefusedBeforeTheRun) {
   TempDir dir;
-  ASSERT_EQ(RunCli("gpipe-compile", TestModel("mlp9.pt") + " -o " + dir.path("m.gpipe") +
-                                        " --stages 2 --chunks 2")
+  ASSERT_EQ(RunCli("gpipe-compile",
+                   TestModel("mlp9.pt") + " -o " + dir.path("m.gpipe") + " --stages 2 --chunks 2")
                 .exit_code,
             0);
   const std::string run = dir.path("m.gpipe") + " --sample-input 8x16 --train --steps 3 ";
   auto missing = RunCli("gpipe-run", run + "--save " + dir.path("no/such/t.gpipe"));
   EXPECT_EQ(missing.exit_code, 1);
-  EXPECT_EQ(testing::LastLine(missing.output),
-            "gpipe-run: error: cannot write --save '" + dir.path("no/such/t.gpipe") +
-                "': directory '" + dir.path("no/such") + "' does not exist\n");
+  EXPECT_EQ(testing::LastLine(missing.output), "gpipe-run: error: cannot write --save '" +
+                                                   dir.path("no/such/t.gpipe") + "': directory '" +
+                                                   dir.path("no/such") + "' does not exist\n");
   EXPECT_EQ(missing.output.find("step 1"), std::string::npos) << missing.output;
 
   auto directory = RunCli("gpipe-run", run + "--save " + dir.path(""));
@@ -99,7 +101,8 @@ TEST(OutputPaths, AnOutputThatCannotBeWrittenIsRefusedBeforeTheRun) {
                      dir.path("link.gpipe"))
                 .exit_code,
             0);
-  for (const std::string& path : {std::string("/dev/null"), dir.path("fifo"), dir.path("link.gpipe")}) {
+  for (const std::string& path :
+       {std::string("/dev/null"), dir.path("fifo"), dir.path("link.gpipe")}) {
     auto refused = RunCli("gpipe-run", run + "--save " + path);
     EXPECT_EQ(refused.exit_code, 1) << path;
     EXPECT_EQ(testing::LastLine(refused.output),
@@ -118,14 +121,16 @@ TEST(OutputPaths, AnOutputThatCannotBeWrittenIsRefusedBeforeTheRun) {
 
 TEST(OutputPaths, OptionsThatWouldDoNothingAreRefused) {
   TempDir dir;
-  ASSERT_EQ(RunCli("gpipe-compile", TestModel("mlp9.pt") + " -o " + dir.path("m.gpipe") +
-                                        " --stages 2 --chunks 2")
+  ASSERT_EQ(RunCli("gpipe-compile",
+                   TestModel("mlp9.pt") + " -o " + dir.path("m.gpipe") + " --stages 2 --chunks 2")
                 .exit_code,
             0);
-  auto schedule = RunCli("gpipe-run", dir.path("m.gpipe") + " --sample-input 8x16 --schedule zb-h1");
+  auto schedule =
+      RunCli("gpipe-run", dir.path("m.gpipe") + " --sample-input 8x16 --schedule zb-h1");
   EXPECT_EQ(schedule.exit_code, 2);
-  EXPECT_EQ(testing::LastLine(schedule.output),
-            "gpipe-run: --schedule orders training's work; it needs --train; see gpipe-run --help\n");
+  EXPECT_EQ(
+      testing::LastLine(schedule.output),
+      "gpipe-run: --schedule orders training's work; it needs --train; see gpipe-run --help\n");
   auto trace = RunCli("gpipe-run", dir.path("m.gpipe") + " --train --data " + dir.path("d") +
                                        " --trace " + dir.path("t.json"));
   EXPECT_EQ(trace.exit_code, 2);

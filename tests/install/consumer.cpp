@@ -20,11 +20,11 @@ int main(int argc, char** argv) {
   gpipe::Pipeline pipe = gpipe::Pipeline::load(artifact);
   pipe.train();
   at::Tensor x = at::randn({4, 16});
-  const double loss = pipe.train_step({x}, [](const std::vector<at::Tensor>& outputs) {
-    return outputs[0].pow(2).mean();
-  });
+  const double loss = pipe.train_step(
+      {x}, [](const std::vector<at::Tensor>& outputs) { return outputs[0].pow(2).mean(); });
   torch::jit::Module exported = gpipe::ExportModel(artifact);
-  std::printf("gpipe %s (LibTorch %s): %zu stages, loss %.4f, exported %zu tensors\n", GPIPE_VERSION,
-              GPIPE_TORCH_VERSION, pipe.num_stages(), loss, gpipe::StateDictOf(exported).size());
+  std::printf("gpipe %s (LibTorch %s): %zu stages, loss %.4f, exported %zu tensors\n",
+              GPIPE_VERSION, GPIPE_TORCH_VERSION, pipe.num_stages(), loss,
+              gpipe::StateDictOf(exported).size());
   return 0;
 }

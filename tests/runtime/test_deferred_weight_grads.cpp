@@ -14,9 +14,10 @@ namespace {
 
 at::Tensor GpipeLinear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) {
   (void)is_recomputing();  // links the gpipe op library in
-  static const auto op =
-      c10::Dispatcher::singleton().findSchemaOrThrow("gpipe::linear", "").typed<at::Tensor(
-          const at::Tensor&, const at::Tensor&, const c10::optional<at::Tensor>&)>();
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("gpipe::linear", "")
+                             .typed<at::Tensor(const at::Tensor&, const at::Tensor&,
+                                               const c10::optional<at::Tensor>&)>();
   return op.call(x, w, b);
 }
 
@@ -26,7 +27,10 @@ struct Layer {
 };
 
 // Micro-batch i's input and upstream gradient (rows differ per micro-batch).
-at::Tensor InputOf(size_t i) { return torch::randn({2 + static_cast<int64_t>(i), 3}, torch::dtype(torch::kFloat)).requires_grad_(true); }
+at::Tensor InputOf(size_t i) {
+  return torch::randn({2 + static_cast<int64_t>(i), 3}, torch::dtype(torch::kFloat))
+      .requires_grad_(true);
+}
 
 TEST(DeferredWeightGrads, BackwardsLeaveTheWeightAloneAndAFlushAddsOneProductInMicroBatchOrder) {
   torch::manual_seed(0);
@@ -46,7 +50,8 @@ TEST(DeferredWeightGrads, BackwardsLeaveTheWeightAloneAndAFlushAddsOneProductInM
       DeferWeightGradsScope scope(deferred, i);
       y = GpipeLinear(inputs[i], layer.weight, layer.bias);
     }
-    EXPECT_TRUE(y.equal(at::linear(inputs[i].detach(), layer.weight.detach(), layer.bias.detach())));
+    EXPECT_TRUE(
+        y.equal(at::linear(inputs[i].detach(), layer.weight.detach(), layer.bias.detach())));
     y.backward(upstream[i]);
     deferred->MarkDone(i);
     // The input's gradient at once, as aten's: upstream . W.
