@@ -117,7 +117,7 @@ int Main(int argc, char** argv) {
       ("svg", po::value(&svg_path), "also render it to SVG with Graphviz's dot (Debian package graphviz)")
       ("schedule", po::value(&schedule), "print the action table (worker x time step) of a schedule for "
        "these stages: gpipe, 1f1b, interleaved-1f1b, zb-h1, or a CSV file; with its bubble fraction and "
-       "each worker's peak in-flight micro-batches (the runtime runs gpipe)")
+       "each worker's peak in-flight micro-batches (gpipe-run --train --schedule runs any of them)")
       ("micro-batches", po::value(&micro_batches), "micro-batches for --schedule (default: the artifact's chunks)")
       ("virtual-stages", po::value(&virtual_stages)->default_value(1), "stages per worker for "
        "--schedule interleaved-1f1b (it must divide the stage count)");
