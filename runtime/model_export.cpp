@@ -15,6 +15,7 @@
 #include "runtime/artifact.h"
 #include "runtime/atomic_file.h"
 #include "runtime/recompute.h"
+#include "runtime/stage.h"
 
 namespace gpipe {
 namespace {
@@ -127,13 +128,10 @@ torch::jit::Module ExportModel(const std::string& artifact_path,
   at::NoGradGuard no_grad;
   for (size_t s = 0; s < manifest.stages.size(); ++s) {
     const StageEntry& entry = manifest.stages[s];
-    std::istringstream bytes(reader.ReadRecord(entry.file));
-    const torch::jit::Module stage =
-        LoadOnCpu(bytes, "artifact '" + artifact_path + "': stage " + std::to_string(s));
+    const torch::jit::Module stage = LoadStageModule(reader, artifact_path, s, at::kCPU);
     for (const ParameterEntry& p : entry.parameters) {
-      TORCH_CHECK(stage.hasattr(p.name) && stage.attr(p.name).isTensor(), "artifact '",
-                  artifact_path, "': stage ", s, " lacks '", p.name, "' (", p.original,
-                  ") that the manifest lists; compile the model again");
+      TORCH_CHECK(stage.attr(p.name).isTensor(), "artifact '", artifact_path, "': stage ", s,
+                  " holds '", p.name, "' (", p.original, ") as no tensor; compile the model again");
       const at::Tensor trained = stage.attr(p.name).toTensor();
       auto target = targets.find(p.original);
       TORCH_CHECK(target != targets.end(), source, " has no parameter or buffer '", p.original,

@@ -21,72 +21,11 @@
 #include "runtime/pipeline_run.h"
 #include "runtime/schedule_csv.h"
 #include "runtime/schedule_validate.h"
+#include "runtime/stage_placement.h"
 #include "runtime/torch_compat.h"
 
 namespace gpipe {
 namespace {
-
-torch::jit::Module LoadStageModule(const ArtifactReader& reader, const std::string& path,
-                                   size_t index, const c10::Device& device) {
-  const StageEntry& entry = reader.manifest().stages[index];
-  std::istringstream bytes(reader.ReadRecord(entry.file));
-  torch::jit::Module module;
-  try {
-    module = torch::jit::load(bytes, device);
-  } catch (const c10::Error& e) {
-    TORCH_CHECK(false, "artifact '", path, "': stage ", index, " ('", entry.file,
-                "') is not a loadable TorchScript module: ", e.what_without_backtrace());
-  }
-  for (const auto& p : entry.parameters) {
-    TORCH_CHECK(module.hasattr(p.name), "artifact '", path, "': stage ", index, " lacks '", p.name,
-                "' (", p.original, ") that the manifest lists; compile the model again");
-  }
-  return module;
-}
-
-// CPU "devices" are cores: every CPU stage gets its own worker so stages run
-// concurrently. Stages on one GPU share that device's worker. The cores are
-// shared by the CPU stages of every process on this machine.
-std::vector<std::optional<size_t>> AssignWorkers(const std::vector<Stage>& stages,
-                                                 const RankPlan& ranks, int threads_per_stage,
-                                                 int processes_per_machine, bool one_worker,
-                                                 std::vector<std::unique_ptr<Worker>>& workers) {
-  if (one_worker) {
-    workers.push_back(std::make_unique<Worker>("all-stages", 0));
-    std::vector<std::optional<size_t>> worker_of_stage;
-    for (const auto& stage : stages) {
-      if (ranks.IsLocal(stage.index))
-        worker_of_stage.emplace_back(0);
-      else
-        worker_of_stage.emplace_back(std::nullopt);
-    }
-    return worker_of_stage;
-  }
-  if (threads_per_stage == 0) {
-    int cpu_stages = 0;
-    for (const auto& stage : stages) cpu_stages += ranks.IsLocal(stage.index) && stage.device.is_cpu();
-    int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    threads_per_stage = std::max(1, cores / std::max(1, cpu_stages * processes_per_machine));
-  }
-  std::map<std::string, size_t> by_device;
-  std::vector<std::optional<size_t>> worker_of_stage;
-  for (const auto& stage : stages) {
-    if (!ranks.IsLocal(stage.index)) {
-      worker_of_stage.emplace_back(std::nullopt);
-      continue;
-    }
-    std::string key = stage.device.is_cpu() ? "cpu/stage" + std::to_string(stage.index)
-                                            : stage.device.str();
-    auto it = by_device.find(key);
-    if (it == by_device.end()) {
-      it = by_device.emplace(key, workers.size()).first;
-      int threads = stage.device.is_cpu() && threads_per_stage > 0 ? threads_per_stage : 0;
-      workers.push_back(std::make_unique<Worker>(key, threads));
-    }
-    worker_of_stage.push_back(it->second);
-  }
-  return worker_of_stage;
-}
 
 // Which stages read which, and where the loss runs: the last stage producing a model output.
 StageFlow FlowOf(const Manifest& manifest, size_t num_stages) {

@@ -1,8 +1,11 @@
 #include "runtime/stage.h"
 
 #include <optional>
+#include <sstream>
 
 #include <torch/cuda.h>
+
+#include "runtime/artifact.h"
 
 namespace gpipe {
 
@@ -89,6 +92,24 @@ c10::Device ParseDevice(const std::string& text) {
                 "' does not exist: this machine has ", count, " CUDA device(s)");
   }
   return *device;
+}
+
+torch::jit::Module LoadStageModule(const ArtifactReader& reader, const std::string& path,
+                                   size_t index, const c10::Device& device) {
+  const StageEntry& entry = reader.manifest().stages[index];
+  std::istringstream bytes(reader.ReadRecord(entry.file));
+  torch::jit::Module module;
+  try {
+    module = torch::jit::load(bytes, device);
+  } catch (const c10::Error& e) {
+    TORCH_CHECK(false, "artifact '", path, "': stage ", index, " ('", entry.file,
+                "') is not a loadable TorchScript module: ", e.what_without_backtrace());
+  }
+  for (const auto& p : entry.parameters) {
+    TORCH_CHECK(module.hasattr(p.name), "artifact '", path, "': stage ", index, " lacks '", p.name,
+                "' (", p.original, ") that the manifest lists; compile the model again");
+  }
+  return module;
 }
 
 }  // namespace gpipe

@@ -11,6 +11,8 @@
 
 namespace gpipe {
 
+class ArtifactReader;
+
 // One pipeline stage as loaded: its TorchScript module (which owns exactly
 // the stage's parameters), the device it runs on and where its inputs come
 // from. Runs the module; knows nothing about scheduling.
@@ -60,5 +62,11 @@ constexpr const char* kRecomputeMethod = "gpipe_recompute";
 
 // Parses "cpu", "cuda", "cuda:1"; checks the device exists in this build.
 c10::Device ParseDevice(const std::string& text);
+
+// Stage `index`'s module from its record of the artifact at `path`, on
+// `device`: one line naming the stage if the record is no TorchScript module
+// or lacks a tensor the manifest lists.
+torch::jit::Module LoadStageModule(const ArtifactReader& reader, const std::string& path,
+                                   size_t index, const c10::Device& device);
 
 }  // namespace gpipe
