@@ -69,7 +69,7 @@ DeferredWeightGrads::DeferredWeightGrads(const std::vector<at::Tensor>& paramete
       bytes_of_(num_micro_batches, 0),
       done_(num_micro_batches, false),
       flushed_(num_micro_batches, false) {
-  for (const at::Tensor& p : parameters) parameters_.emplace(p.unsafeGetTensorImpl(), true);
+  for (const at::Tensor& p : parameters) parameters_.insert(p.unsafeGetTensorImpl());
 }
 
 bool DeferredWeightGrads::Defers(const at::Tensor& parameter) const {

@@ -5,6 +5,7 @@
 #include <mutex>
 #include <optional>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -65,7 +66,7 @@ class DeferredWeightGrads : public torch::CustomClassHolder {
   void FlushRange(size_t begin, size_t end);  // micro-batches [begin, end), in order
 
   const size_t num_micro_batches_;
-  std::unordered_map<const void*, bool> parameters_;  // TensorImpl -> true
+  std::unordered_set<const void*> parameters_;  // their TensorImpls
   mutable std::mutex mutex_;
   std::vector<Layer> layers_;                         // in first-use order
   std::unordered_map<const void*, size_t> layer_of_;  // weight's TensorImpl -> layer

@@ -26,12 +26,14 @@ PipelineRun::PipelineRun(std::shared_ptr<PipelineCore> core, MicroBatches micro_
       slots_[i][j].checkpointed = needs_grad_ && IsCheckpointed(core_->checkpoint, i, m);
     }
   }
-  for (size_t j = 0; j < num_stages; ++j) {
+  // Forward-only runs (inference) defer nothing: their slots stay null.
+  deferred_weight_grads_.resize(num_stages);
+  for (size_t j = 0; j < num_stages && needs_grad_; ++j) {
     std::vector<at::Tensor> parameters;
     if (core_->ranks.IsLocal(j) && core_->batch_weight_gradients) {
       for (const at::Tensor& p : core_->stages[j].module.parameters()) parameters.push_back(p);
     }
-    deferred_weight_grads_.push_back(c10::make_intrusive<DeferredWeightGrads>(parameters, m));
+    deferred_weight_grads_[j] = c10::make_intrusive<DeferredWeightGrads>(parameters, m);
   }
   weight_gradients_done_.assign(num_stages, 0);
 }

@@ -134,7 +134,8 @@ class PipelineRun {
   const RunMicroBatchLoss* loss_ = nullptr;  // set while TrainStep runs
   std::vector<double> losses_;               // [micro-batch], written by RunLoss
   std::optional<size_t> loss_stage_;         // the last stage producing a model output
-  // [stage]: its linear layers' deferred weight gradients, and how many
+  // [stage]: its linear layers' deferred weight gradients (null in a run
+  // without gradients), and how many
   // micro-batches' B or W tasks it has finished; each touched by its
   // stage's tasks only (DeferredWeightGrads::Add also by autograd's threads).
   std::vector<c10::intrusive_ptr<DeferredWeightGrads>> deferred_weight_grads_;
