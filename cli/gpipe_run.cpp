@@ -268,7 +268,11 @@ int Main(int argc, char** argv) {
       if (peers) {
         at::Tensor stop = at::full({1}, interrupted ? 1.0 : 0.0, at::kDouble);
         peers->AllReduceSum(stop, "the end of step " + std::to_string(step));
-        if (stop.item<double>() > 0 && !interrupted) interrupted = SIGINT;  // another rank's
+        // The ranks' common answer, not this rank's flag: a signal landing
+        // after the sum would stop this rank alone, and the others would wait.
+        const bool any = stop.item<double>() > 0;
+        if (any && !interrupted) interrupted = SIGINT;  // another rank's
+        return any;
       }
       return interrupted != 0;
     };
@@ -290,7 +294,8 @@ int Main(int argc, char** argv) {
   std::vector<double> rates;
   double first_loss = 0, last_loss = 0;
   int64_t done = 0;
-  for (int64_t step = 1; step <= steps && !interrupted; ++step) {
+  bool stopping = false;  // in several processes, what every rank agreed after the last step
+  for (int64_t step = 1; step <= steps && !stopping; ++step) {
     gpipe::MemoryTracker::ResetPeaks();
     auto start = std::chrono::steady_clock::now();
     double loss_value = 0;
@@ -331,7 +336,10 @@ int Main(int argc, char** argv) {
     if (peers) {  // a Ctrl-C on any rank stops every rank after this step
       at::Tensor stop = at::full({1}, interrupted ? 1.0 : 0.0, at::kDouble);
       peers->AllReduceSum(stop, "the end of step " + std::to_string(step));
-      if (stop.item<double>() > 0 && !interrupted) interrupted = SIGINT;  // another rank's
+      stopping = stop.item<double>() > 0;  // the common answer (see TrainOnData's stop)
+      if (stopping && !interrupted) interrupted = SIGINT;  // another rank's
+    } else {
+      stopping = interrupted != 0;
     }
     if (verbose && train) {
       std::printf("step %lld/%lld  loss %.6f  %.1f samples/s\n", static_cast<long long>(step),
