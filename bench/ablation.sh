@@ -4,6 +4,8 @@
 #   bench/ablation.sh [BATCH] [IMAGE] [STAGES] [CHUNKS]    default: 16 64 4 8
 # Components and how each is switched off:
 #   one thread per stage/device  -> +one-worker   (every stage on one worker, as PyTorch's Pipe on CPU)
+#   threads shared by the stages -> +thread-per-stage (with more CPU stages than cores, every
+#                                   stage's thread runs instead of cores / threads-per-stage)
 #   direct skip routing          -> +pass-through (skips relayed through every stage between)
 #   copy streams                 -> CUDA only: bench/gpu.sh (on CPU a boundary moves no data)
 #   fork/join ordering           -> has no switch: backward is an explicit clock schedule
@@ -19,4 +21,5 @@ mkdir -p "$OUT"
 "$PY" samples/export_unet.py --out "$OUT/unet.pt" >/dev/null
 base="${STAGES}x${CHUNKS}:except_last"
 "$BIN/bench/gpipe-bench" "$OUT/unet.pt" --sample-input "${BATCH}x3x${IMAGE}x${IMAGE}" --steps "${STEPS:-6}" \
-  --configs "$base,$base+one-worker,$base+pass-through,$base+one-worker+pass-through" | tee "$OUT/ablation.txt"
+  --configs "$base,$base+one-worker,$base+thread-per-stage,$base+pass-through,$base+one-worker+pass-through" \
+  | tee "$OUT/ablation.txt"

@@ -34,6 +34,7 @@ struct Config {
   bool traced = true;         // "+untraced": no task trace (measures tracing's cost; no bound)
   bool copy_streams = true;   // ablation "+no-copy-streams": CUDA copies on the compute streams
   bool batch_weight_gradients = true;  // ablation "+per-micro-batch-dw": each backward adds its own
+  bool share_cpu_threads = true;  // ablation "+thread-per-stage": every CPU stage's thread runs
 };
 
 // "4x8:except_last", optionally with suffixes: "4x8:never+one-worker+pass-through+untraced".
@@ -53,14 +54,16 @@ Config ParseConfig(const std::string& text) {
            gpipe::ParseCheckpointMode(mode)};
   for (const auto& a : suffixes) {
     TORCH_CHECK(a == "one-worker" || a == "pass-through" || a == "untraced" || a == "no-copy-streams" ||
-                    a == "per-micro-batch-dw",
+                    a == "per-micro-batch-dw" || a == "thread-per-stage",
                 "unknown suffix '+", a, "' in config '", text,
-                "'; use +one-worker, +pass-through, +no-copy-streams, +per-micro-batch-dw or +untraced");
+                "'; use +one-worker, +pass-through, +no-copy-streams, +per-micro-batch-dw, +thread-per-stage "
+                "or +untraced");
     c.one_worker = c.one_worker || a == "one-worker";
     c.pass_through = c.pass_through || a == "pass-through";
     c.traced = c.traced && a != "untraced";
     c.copy_streams = c.copy_streams && a != "no-copy-streams";
     c.batch_weight_gradients = c.batch_weight_gradients && a != "per-micro-batch-dw";
+    c.share_cpu_threads = c.share_cpu_threads && a != "thread-per-stage";
   }
   return c;
 }
@@ -102,7 +105,7 @@ int Main(int argc, char** argv) {
       ("sample-input", po::value(&sample_input), "batch shape, e.g. 256x512")
       ("configs", po::value(&configs_text)->default_value("1x1:never,2x8:never,2x8:except_last,4x8:never"),
        "pipelines to compare: STAGESxCHUNKS:CHECKPOINT, optionally +one-worker, +pass-through, "
-       "+no-copy-streams, +per-micro-batch-dw (ablations) or +untraced (no task trace, so no bound)")
+       "+no-copy-streams, +per-micro-batch-dw, +thread-per-stage (ablations) or +untraced (no task trace, so no bound)")
       ("steps", po::value(&steps)->default_value(10), "measured steps per variant (after one warm-up)")
       ("device", po::value(&device_text)->default_value("cpu"),
        "run the plain model and every stage here (cuda: S virtual stages on one GPU)");
@@ -145,6 +148,7 @@ int Main(int argc, char** argv) {
     run_options.one_worker = c.one_worker;
     run_options.copy_streams = c.copy_streams;
     run_options.batch_weight_gradients = c.batch_weight_gradients;
+    run_options.share_cpu_threads = c.share_cpu_threads;
     run_options.devices.assign(static_cast<size_t>(c.stages), device_text);
     pipes.push_back(gpipe::Pipeline::load(path, run_options));
     pipes.back().train();

@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "runtime/schedule_ir.h"
@@ -34,11 +35,21 @@ ExecutionPlan PlanExecution(const ActionOrder& order,
 // action in plan order is rethrown (so the failure reported does not depend
 // on which thread met one first).
 //
+// `shared_threads` (fewer than the plan's threads): only the first that many
+// workers run, and each takes, whenever it is free, the ready action earliest
+// in plan order among the threads' next actions. A plan thread's actions
+// still run one at a time in its order, so the results are the same; what
+// changes is that S stages on fewer cores no longer hand every task to a
+// sleeping thread (on a virtual machine, a wake-up across cores costs about
+// as much as a small task). Only for tasks that never wait for another
+// process: a task blocked on a receive would hold a shared thread.
+//
 // Threading contract: the plan is read-only while it runs. The done flags,
-// the failure and one condition variable per thread live in one Progress
-// object on Execute's stack, guarded by its mutex; `run` is called without
-// the mutex held, on the worker of the action's thread.
+// the failure, the shared threads' cursors and the condition variables live
+// in one Progress object on Execute's stack, guarded by its mutex; `run` is
+// called without the mutex held, on a worker's thread.
 void Execute(const ExecutionPlan& plan, const std::vector<std::unique_ptr<Worker>>& workers,
-             const std::function<void(const Action&)>& run);
+             const std::function<void(const Action&)>& run,
+             std::optional<size_t> shared_threads = std::nullopt);
 
 }  // namespace gpipe

@@ -169,8 +169,11 @@ Pipeline Pipeline::load(const std::string& path, const PipelineOptions& options)
               "; use a positive count, 0 (automatic) or -1 (LibTorch's default)");
   const int processes_per_machine = options.peers ? options.peers->options().local_world_size : 1;
   core->flow = FlowOf(core->manifest, num_stages);
-  core->worker_of_stage = AssignWorkers(core->stages, core->ranks, options.threads_per_stage,
-                                        processes_per_machine, options.one_worker, core->workers);
+  WorkerAssignment assignment =
+      AssignWorkers(core->stages, core->ranks, options.threads_per_stage, processes_per_machine,
+                    options.one_worker, options.share_cpu_threads, core->workers);
+  core->worker_of_stage = std::move(assignment.worker_of_stage);
+  core->shared_threads = assignment.shared_threads;
   if (core->peers) {
     core->peers->CheckSameAsRankZero("an artifact or options (chunks, checkpoint, --ranks)",
                                      Fingerprint(manifest, core->ranks));

@@ -36,6 +36,11 @@ struct PipelineOptions {
   // Ablation (bench/ablation.sh): every stage on one worker thread, as
   // PyTorch's Pipe runs CPU partitions, instead of one per stage/device.
   bool one_worker = false;
+  // In one process of CPU stages whose threads outnumber the cores, only as
+  // many worker threads as fit run, each taking any stage's next ready task
+  // (stage_placement.h); false (an ablation, gpipe-bench +thread-per-stage):
+  // every stage's thread runs, the operating system sharing the cores.
+  bool share_cpu_threads = true;
   // Linear layers' weight gradients: one product per group of micro-batches
   // after their backwards (deferred_weight_grads.h); false (an ablation,
   // gpipe-run --per-micro-batch-weight-gradients): each backward adds its own.

@@ -32,6 +32,7 @@ struct PipelineCore {
   std::vector<Stage> stages;
   std::vector<std::unique_ptr<Worker>> workers;
   std::vector<std::optional<size_t>> worker_of_stage;  // nullopt: another rank's stage
+  std::optional<size_t> shared_threads;  // Execute's: fewer threads than workers run them all
   RankPlan ranks;                       // which process runs which stage
   std::shared_ptr<PeerGroup> peers;     // null in one process
   // The artifact this pipeline was loaded from, when it keeps the source

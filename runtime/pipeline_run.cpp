@@ -166,7 +166,7 @@ void PipelineRun::Execute(const ExecutionPlan& plan) {
     } catch (const std::exception& e) {
       throw PipelineError(a.stage, a.micro_batch, IsForward(a) ? "forward" : "backward", e);
     }
-  });
+  }, core_->shared_threads);
   if (core_->peers) core_->peers->WaitSends();
 }
 

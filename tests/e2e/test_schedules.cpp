@@ -210,19 +210,23 @@ TEST(Schedules, OneFOneBHoldsAtMostHalfOfGpipesActivations) {
   EXPECT_LE(2 * one_f_one_b, gpipe) << "1f1b " << one_f_one_b << " bytes, gpipe " << gpipe;
 }
 
-// Dropout: each schedule draws its masks in its own order (the validator's
-// start steps), so results depend neither on threads nor on recomputation.
+// Dropout draws by key (keyed_random.h), so a schedule's results depend
+// neither on its threads (one per stage, a few shared by all stages, or one
+// for all) nor on recomputation.
+enum class StageThreads { kDefault, kOnePerStage, kOne };
+
 TEST(Schedules, WithDropoutEachScheduleIsBitwiseTheSameWhateverTheThreadsOrCheckpointing) {
   TempDir dir;
   CompileModel(TestModel("mlp9.pt"), dir.path("m.gpipe"), testing::Options(4, 4));
   at::manual_seed(5);
   const at::Tensor x = at::randn({12, 16});
-  auto gradients = [&](const ScheduleCase& c, CheckpointMode mode, bool one_worker, bool train) {
+  auto gradients = [&](const ScheduleCase& c, CheckpointMode mode, StageThreads threads, bool train) {
     PipelineOptions options;
     options.schedule = c.schedule;
     options.virtual_stages = c.virtual_stages;
     options.checkpoint = mode;
-    options.one_worker = one_worker;
+    options.one_worker = threads == StageThreads::kOne;
+    options.share_cpu_threads = threads != StageThreads::kOnePerStage;
     Pipeline pipe = Pipeline::load(dir.path("m.gpipe"), options);
     if (!train) pipe.eval();
     at::manual_seed(11);
@@ -239,14 +243,16 @@ TEST(Schedules, WithDropoutEachScheduleIsBitwiseTheSameWhateverTheThreadsOrCheck
     return equal;
   };
   for (const ScheduleCase& c : kSchedules) {
-    const auto want = gradients(c, CheckpointMode::Never, false, true);
-    EXPECT_TRUE(same(want, gradients(c, CheckpointMode::Never, true, true)))
+    const auto want = gradients(c, CheckpointMode::Never, StageThreads::kDefault, true);
+    EXPECT_TRUE(same(want, gradients(c, CheckpointMode::Never, StageThreads::kOne, true)))
         << c.schedule << ": one worker thread";
-    EXPECT_TRUE(same(want, gradients(c, CheckpointMode::Always, false, true)))
+    EXPECT_TRUE(same(want, gradients(c, CheckpointMode::Never, StageThreads::kOnePerStage, true)))
+        << c.schedule << ": one thread per stage";
+    EXPECT_TRUE(same(want, gradients(c, CheckpointMode::Always, StageThreads::kDefault, true)))
         << c.schedule << ": always";
-    EXPECT_TRUE(same(want, gradients(c, CheckpointMode::ExceptLast, true, true)))
+    EXPECT_TRUE(same(want, gradients(c, CheckpointMode::ExceptLast, StageThreads::kOne, true)))
         << c.schedule << ": except_last on one worker thread";
-    EXPECT_FALSE(same(want, gradients(c, CheckpointMode::Never, false, false)))
+    EXPECT_FALSE(same(want, gradients(c, CheckpointMode::Never, StageThreads::kDefault, false)))
         << c.schedule << ": dropout was off";
   }
 }
