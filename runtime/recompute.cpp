@@ -18,14 +18,21 @@ RecomputeScope::~RecomputeScope() { recomputing = previous_; }
 
 BufferSnapshot::BufferSnapshot(torch::jit::Module& module) {
   at::NoGradGuard no_grad;
-  for (const auto& buffer : module.buffers()) saved_.emplace_back(buffer, buffer.clone());
+  for (const auto& buffer : module.named_buffers(/*recurse=*/true)) {
+    // "1.bn.running_mean": the attribute running_mean of submodule 1.bn.
+    torch::jit::Module owner = module;
+    std::string name = buffer.name;
+    for (size_t dot = name.find('.'); dot != std::string::npos; dot = name.find('.')) {
+      owner = owner.attr(name.substr(0, dot)).toModule();
+      name.erase(0, dot + 1);
+    }
+    held_.push_back({owner, name, buffer.value});
+    owner.setattr(name, buffer.value.clone());
+  }
 }
 
 BufferSnapshot::~BufferSnapshot() {
-  at::NoGradGuard no_grad;
-  for (auto& [buffer, copy] : saved_) {
-    if (!buffer.equal(copy)) buffer.copy_(copy);
-  }
+  for (auto& held : held_) held.owner.setattr(held.name, held.original);
 }
 
 }  // namespace gpipe

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include <torch/script.h>
@@ -25,9 +26,14 @@ class RecomputeScope {
 
 // Keeps a module's buffers as they were: a recompute replays the forward, so
 // batch norm's running statistics (and anything else updated in place) must
-// not change a second time. Restores on destruction, which must come after
-// the backward that used the recompute (eval-mode batch norm saves the
-// buffers for backward); only changed buffers are written back.
+// not change a second time. For its lifetime the module's buffers are
+// copies, which the recompute updates and its graph saves; on destruction,
+// which must come after the backward that used the recompute, the originals
+// are put back, never written. Writing them back instead would bump their
+// version counters, and another micro-batch's graph that saved them (batch
+// norm in training saves its running statistics) and is not recomputed,
+// under except_last, would then refuse its backward as "modified by an
+// inplace operation".
 class BufferSnapshot {
  public:
   explicit BufferSnapshot(torch::jit::Module& module);
@@ -36,7 +42,13 @@ class BufferSnapshot {
   BufferSnapshot& operator=(const BufferSnapshot&) = delete;
 
  private:
-  std::vector<std::pair<at::Tensor, at::Tensor>> saved_;  // buffer, copy
+  // Per buffer: the module holding it, its attribute name there, the original.
+  struct Held {
+    torch::jit::Module owner;
+    std::string name;
+    at::Tensor original;
+  };
+  std::vector<Held> held_;
 };
 
 }  // namespace gpipe

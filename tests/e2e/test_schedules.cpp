@@ -86,18 +86,24 @@ TEST(Schedules, EveryScheduleTrainsTiedWeightsAsOne) {
   ExpectEveryScheduleGivesTheOriginalsGradients("gpt.pt", at::randint(50, {8, 8}, at::kLong));
 }
 
-// Deferred batch norm: whatever the order of forwards and backwards, the
-// running statistics are folded in once from all micro-batches, and every
-// schedule ends with GPipe's buffers and gradients (train mode, so each
-// micro-batch normalises with its own statistics).
-TEST(Schedules, DeferredBatchNormEndsWithGpipesStatisticsInEverySchedule) {
+// Batch norm in training, deferred or not: whatever the order of forwards,
+// backwards and recomputes, every schedule ends with GPipe's buffers and
+// gradients (train mode, so each micro-batch normalises with its own
+// statistics). Deferred, the running statistics are folded in once from all
+// micro-batches; not deferred, each forward updates them in micro-batch
+// order and a recompute leaves them alone. except_last keeps the last
+// micro-batch's graph, which saved the running statistics, across the other
+// micro-batches' recomputes: they must not write the buffers it saved.
+TEST(Schedules, BatchNormEndsWithGpipesStatisticsInEveryScheduleAndCheckpointMode) {
   at::manual_seed(4);
   at::Tensor x = at::randn({8, 3, 6, 6}) * 3 + 1;
   TempDir dir;
-  for (CheckpointMode mode :
-       {CheckpointMode::Never, CheckpointMode::Always, CheckpointMode::Selective}) {
+  for (bool deferred : {true, false})
+  for (CheckpointMode mode : {CheckpointMode::Never, CheckpointMode::ExceptLast,
+                              CheckpointMode::Always, CheckpointMode::Selective}) {
+    SCOPED_TRACE(deferred ? "deferred batch norm" : "batch norm");
     CompileOptions compile = testing::Options(2, 4, mode);
-    compile.deferred_batch_norm = true;
+    compile.deferred_batch_norm = deferred;
     CompileModel(TestModel("conv_bn.pt"), dir.path("bn.gpipe"), compile);
     std::map<std::string, at::Tensor> gpipe_state;
     for (const ScheduleCase& c : kSchedules) {
@@ -112,7 +118,7 @@ TEST(Schedules, DeferredBatchNormEndsWithGpipesStatisticsInEverySchedule) {
       for (const auto& [name, b] : pipe.named_buffers()) state[name] = b.clone();
       for (const auto& [name, p] : pipe.named_parameters())
         state[name + ".grad"] = p.grad().clone();
-      EXPECT_EQ(state.at("1.num_batches_tracked").item<int64_t>(), 1) << c.schedule;
+      EXPECT_EQ(state.at("1.num_batches_tracked").item<int64_t>(), deferred ? 1 : 4) << c.schedule;
       if (c.schedule == "gpipe") {
         gpipe_state = state;
         continue;
