@@ -204,6 +204,15 @@ int Main(int argc, char** argv) {
           "sample");
     }
     options.activation_budget_mib = activation_budget;
+    const bool whole_stages = options.checkpoint == gpipe::CheckpointMode::Never ||
+                              options.checkpoint == gpipe::CheckpointMode::ExceptLast ||
+                              options.checkpoint == gpipe::CheckpointMode::Always;
+    if (!vm["checkpoint"].defaulted() && whole_stages) {
+      throw po::error("--activation-budget plans what --checkpoint budget recomputes, but --checkpoint " +
+                      checkpoint +
+                      " was given too and would run instead; drop --checkpoint (budget is the "
+                      "default with --activation-budget) or drop --activation-budget");
+    }
     if (vm["checkpoint"].defaulted()) options.checkpoint = gpipe::CheckpointMode::Budget;
   }
   options.schedule = schedule;

@@ -41,6 +41,17 @@ std::string Location(std::string_view source, size_t row, size_t column) {
   return std::string(source) + ":" + std::to_string(row) + ":" + std::to_string(column);
 }
 
+// A cell as an error quotes it: printable ASCII only (anything else as '?'),
+// at most 24 characters, so a binary or huge cell cannot flood a terminal.
+std::string Quoted(const std::string& cell) {
+  constexpr size_t kShown = 24;
+  std::string shown = "'";
+  for (char c : cell.substr(0, kShown)) shown += c >= 0x20 && c < 0x7f ? c : '?';
+  shown += "'";
+  if (cell.size() > kShown) shown += "... (" + std::to_string(cell.size()) + " bytes)";
+  return shown;
+}
+
 }  // namespace
 
 std::string WriteScheduleCsv(const Schedule& schedule) {
@@ -56,7 +67,10 @@ std::string WriteScheduleCsv(const Schedule& schedule) {
 }
 
 Schedule ReadScheduleCsv(const std::string& text, size_t num_stages, std::string_view source_name) {
-  std::vector<std::string> lines = Split(text, '\n');
+  // A byte-order mark (spreadsheets write one) is not part of the first cell.
+  const std::string kBom = "\xEF\xBB\xBF";
+  std::vector<std::string> lines =
+      Split(text.compare(0, kBom.size(), kBom) == 0 ? text.substr(kBom.size()) : text, '\n');
   while (!lines.empty() && IsBlankRow(lines.back())) lines.pop_back();
 
   Schedule schedule;
@@ -80,7 +94,7 @@ Schedule ReadScheduleCsv(const std::string& text, size_t num_stages, std::string
       const std::string where = Location(source_name, row, i + 1);
       const std::optional<Action> action = ParseAction(cell);
       if (!action) {
-        throw std::invalid_argument("'" + cell + "' at " + where +
+        throw std::invalid_argument(Quoted(cell) + " at " + where +
                                     " is not an action; write STAGE F|B|I|W MICRO_BATCH, e.g. 1F0");
       }
       if (action->stage >= num_stages) {

@@ -90,6 +90,16 @@ Trainer::Trainer(Pipeline& pipe, std::shared_ptr<const DataSource> train,
       (batches_per_epoch() + options_.grad_accum - 1) / options_.grad_accum;
   total_steps_ = options_.steps ? *options_.steps : options_.epochs * steps_per_epoch;
   TORCH_CHECK(options_.schedule.decay_end.value_or(1) >= 1, "--lr-decay-steps must be at least 1");
+  if (options_.schedule.decay_end) {
+    const int64_t end = *options_.schedule.decay_end;
+    const int64_t warmup = options_.schedule.warmup_steps;
+    TORCH_CHECK(options_.schedule.kind != "constant", "--lr-decay-steps ", end,
+                " ends a decay, and --lr-schedule constant has none; use --lr-schedule cosine or "
+                "linear, or drop --lr-decay-steps");
+    TORCH_CHECK(end > warmup, "--lr-decay-steps ", end, " ends the decay before the --warmup-steps ",
+                warmup, " warm-up does; give --lr-decay-steps above ", warmup,
+                ", or fewer --warmup-steps");
+  }
   schedule_end_ = options_.schedule.decay_end.value_or(total_steps_);
 }
 

@@ -34,7 +34,15 @@ std::pair<at::Tensor, at::Tensor> AsClassProblem(const LossOptions& loss, const 
               Shape(output), " and the targets are ", Shape(targets),
               "; check the data's targets or choose another --loss");
   const int64_t classes = output.size(-1);
-  return {output.reshape({-1, classes}), targets.reshape({-1}).to(at::kLong)};
+  at::Tensor labels = targets.reshape({-1}).to(at::kLong);
+  // Ours, not ATen's "Target 108 is out of bounds.": which label, and the range.
+  const at::Tensor outside = labels.ne(loss.ignore_index).logical_and(labels.lt(0).logical_or(labels.ge(classes)));
+  if (outside.any().item<bool>()) {
+    TORCH_CHECK(false, "--loss ", loss.kind, " got label ", labels.masked_select(outside)[0].item<int64_t>(),
+                ", outside the model's ", classes, " classes (0 to ", classes - 1,
+                "); check the data's targets, or mark labels to skip with --ignore-index");
+  }
+  return {output.reshape({-1, classes}), std::move(labels)};
 }
 
 void CheckSameShape(const LossOptions& loss, const at::Tensor& output, const at::Tensor& targets) {

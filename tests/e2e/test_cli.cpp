@@ -209,6 +209,17 @@ TEST(Cli, AnActivationBudgetIsPlannedShownAndRun) {
   EXPECT_OUTPUT_HAS(refused,
                     "gpipe-compile: --activation-budget needs --sample-input: what each stage "
                     "keeps is measured on the sample; see gpipe-compile --help");
+  // A whole-stage mode given too would run instead of the budget's plan: refused.
+  auto never = RunCli("gpipe-compile", TestModel("gpt.pt") + " -o " + art +
+                                           " --activation-budget 1 --checkpoint never "
+                                           "--sample-input 8x16:int64:50");
+  EXPECT_EQ(never.exit_code, 2) << never.output;
+  EXPECT_OUTPUT_HAS(never,
+                    "gpipe-compile: --activation-budget plans what --checkpoint budget recomputes, "
+                    "but --checkpoint never was given too and would run instead; drop --checkpoint "
+                    "(budget is the default with --activation-budget) or drop --activation-budget; "
+                    "see gpipe-compile --help");
+  EXPECT_FALSE(boost::filesystem::exists(art));
   auto compiled = RunCli("gpipe-compile", TestModel("gpt.pt") + " -o " + art +
                                               " --stages 2 --chunks 2 --activation-budget 0.5 "
                                               "--sample-input 8x16:int64:50");

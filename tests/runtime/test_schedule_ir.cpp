@@ -293,6 +293,14 @@ TEST(ScheduleCsv, NamesTheCellAndTheFix) {
             "'1B0' at plan.csv:2:1 puts stage 1 on a second worker (it is also at plan.csv:1:2); "
             "keep each stage's actions in one row");
   EXPECT_EQ(read("0F0,0B0\n"), "plan.csv has no actions for stage 1; add them to one row");
+  // What is quoted is short and printable; a spreadsheet's byte-order mark is no part of a cell.
+  EXPECT_EQ(read("0F0,0B0\n1F0,1B0," + std::string(100, 'x') + "\n"),
+            "'xxxxxxxxxxxxxxxxxxxxxxxx'... (100 bytes) at plan.csv:2:3 is not an action; write "
+            "STAGE F|B|I|W MICRO_BATCH, e.g. 1F0");
+  EXPECT_EQ(read("0F0,0B0\n1F0,1B0,\x01\xff\n"),
+            "'?" "?' at plan.csv:2:3 is not an action; write STAGE F|B|I|W MICRO_BATCH, e.g. 1F0");
+  EXPECT_EQ(ReadScheduleCsv("\xEF\xBB\xBF" "0F0,0B0\n1F0,1B0\n", 2, "plan.csv").actions,
+            ReadScheduleCsv("0F0,0B0\n1F0,1B0\n", 2, "plan.csv").actions);
   EXPECT_EQ(read("0F0,0B0,0F99\n1F0,1B0\n"),
             "'0F99' at plan.csv:1:3 names micro-batch 99 but plan.csv has only 5 actions; number "
             "micro-batches from 0 without gaps");
