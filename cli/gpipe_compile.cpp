@@ -37,10 +37,12 @@ void PrintPlan(const gpipe::CompileReport& report) {
     std::string cost;
     if (costed) {
       double c = 0;
-      for (size_t u = first_unit; u < first_unit + static_cast<size_t>(report.balance[s]); ++u) c += report.unit_costs[u];
+      for (size_t u = first_unit; u < first_unit + static_cast<size_t>(report.balance[s]); ++u)
+        c += report.unit_costs[u];
       stage_costs.push_back(c);
       char buffer[64];
-      std::snprintf(buffer, sizeof buffer, "%8.2f %-3s %5.1f%%  ", c * scale, unit, total > 0 ? 100 * c / total : 0);
+      std::snprintf(buffer, sizeof buffer, "%8.2f %-3s %5.1f%%  ", c * scale, unit,
+                    total > 0 ? 100 * c / total : 0);
       cost = buffer;
     }
     first_unit += static_cast<size_t>(report.balance[s]);
@@ -51,16 +53,19 @@ void PrintPlan(const gpipe::CompileReport& report) {
   if (!costed) return;
   if (!report.measured_stage_ms.empty()) {
     std::string rounds;
-    for (double r : report.calibration_ratios) rounds += (rounds.empty() ? "" : ", ") + std::to_string(r).substr(0, 5);
+    for (double r : report.calibration_ratios)
+      rounds += (rounds.empty() ? "" : ", ") + std::to_string(r).substr(0, 5);
     std::string times;
-    for (double t : report.measured_stage_ms) times += (times.empty() ? "" : ", ") + std::to_string(t).substr(0, 6);
-    std::printf("  calibrated: chosen stages measured %s ms; max/mean of the plans tried: %s\n", times.c_str(),
-                rounds.c_str());
+    for (double t : report.measured_stage_ms)
+      times += (times.empty() ? "" : ", ") + std::to_string(t).substr(0, 6);
+    std::printf("  calibrated: chosen stages measured %s ms; max/mean of the plans tried: %s\n",
+                times.c_str(), rounds.c_str());
   }
   double slowest = *std::max_element(stage_costs.begin(), stage_costs.end());
   double mean = total / static_cast<double>(stage_costs.size());
   size_t s = stage_costs.size(), chunks = static_cast<size_t>(m.chunks);
-  std::printf("  balance by %s: max/mean stage cost %.3f", m.balance_method.c_str(), mean > 0 ? slowest / mean : 0);
+  std::printf("  balance by %s: max/mean stage cost %.3f", m.balance_method.c_str(),
+              mean > 0 ? slowest / mean : 0);
   if (m.balance_method == "time") {
     // GPipe: M + S - 1 clocks, each as long as the slowest stage; a micro-batch
     // costs about 1/M of the profiled (whole-batch) stage time.
@@ -86,9 +91,11 @@ void PrintLargestStage(const gpipe::CompileReport& report) {
     }
   }
   if (total <= 0 || report.balance.size() < 2) return;
-  std::printf("largest stage: %.1f%% of the estimated work (stage %zu; an even share is %.1f%%)%s\n",
-              100 * largest / total, at, 100.0 / static_cast<double>(report.balance.size()),
-              report.units_chosen ? "; units chosen for the stage count (--unit-depth D to fix the level)" : "");
+  std::printf(
+      "largest stage: %.1f%% of the estimated work (stage %zu; an even share is %.1f%%)%s\n",
+      100 * largest / total, at, 100.0 / static_cast<double>(report.balance.size()),
+      report.units_chosen ? "; units chosen for the stage count (--unit-depth D to fix the level)"
+                          : "");
 }
 
 // With --activation-budget: what each stage's plan keeps and recomputes.
@@ -105,7 +112,8 @@ void PrintBudgetPlan(const gpipe::Manifest& m) {
 }
 
 int Main(int argc, char** argv) {
-  std::string model, output, balance, devices, ranks, checkpoint, sample_input, split_before, balance_by;
+  std::string model, output, balance, devices, ranks, checkpoint, sample_input, split_before,
+      balance_by;
   std::string optimizer, unbatched_inputs;
   int64_t stages = 1, chunks = 1, profile_steps = 5, unit_depth = 0, calibrate = 2,
           virtual_stages = 1;
@@ -182,9 +190,12 @@ int Main(int argc, char** argv) {
     options.unit_depth = static_cast<size_t>(unit_depth);
   }
   if (vm.count("balance-by")) {
-    if (balance_by == "time") options.balance_by = gpipe::BalanceBy::Time;
-    else if (balance_by == "size") options.balance_by = gpipe::BalanceBy::Size;
-    else throw po::error("--balance-by must be time or size, not '" + balance_by + "'");
+    if (balance_by == "time")
+      options.balance_by = gpipe::BalanceBy::Time;
+    else if (balance_by == "size")
+      options.balance_by = gpipe::BalanceBy::Size;
+    else
+      throw po::error("--balance-by must be time or size, not '" + balance_by + "'");
     if (vm.count("balance")) throw po::error("give either --balance or --balance-by, not both");
     if (sample_input.empty()) throw po::error("--balance-by needs --sample-input to profile on");
   }
@@ -208,10 +219,11 @@ int Main(int argc, char** argv) {
                               options.checkpoint == gpipe::CheckpointMode::ExceptLast ||
                               options.checkpoint == gpipe::CheckpointMode::Always;
     if (!vm["checkpoint"].defaulted() && whole_stages) {
-      throw po::error("--activation-budget plans what --checkpoint budget recomputes, but --checkpoint " +
-                      checkpoint +
-                      " was given too and would run instead; drop --checkpoint (budget is the "
-                      "default with --activation-budget) or drop --activation-budget");
+      throw po::error(
+          "--activation-budget plans what --checkpoint budget recomputes, but --checkpoint " +
+          checkpoint +
+          " was given too and would run instead; drop --checkpoint (budget is the "
+          "default with --activation-budget) or drop --activation-budget");
     }
     if (vm["checkpoint"].defaulted()) options.checkpoint = gpipe::CheckpointMode::Budget;
   }
@@ -224,7 +236,8 @@ int Main(int argc, char** argv) {
   options.sample_inputs = specs;
   if (vm.count("unbatched-inputs")) options.unbatched_inputs = gpipe::SplitList(unbatched_inputs);
   options.progress = [](const std::string& what, size_t done, size_t total) {
-    std::fprintf(stderr, "\r%s: step %zu/%zu%s", what.c_str(), done, total, done == total ? "\n" : "");
+    std::fprintf(stderr, "\r%s: step %zu/%zu%s", what.c_str(), done, total,
+                 done == total ? "\n" : "");
     std::fflush(stderr);
   };
 
@@ -240,20 +253,25 @@ int Main(int argc, char** argv) {
     std::string fixed;
     for (const auto& a : report.specialized) fixed += (fixed.empty() ? "" : ", ") + a;
     const char* them = report.specialized.size() == 1 ? "it" : "them";
-    std::printf("fixed %s: forward branches on %s around its layers; give %s with --sample-input to keep "
-                "%s as inputs\n", fixed.c_str(), them, them, them);
+    std::printf(
+        "fixed %s: forward branches on %s around its layers; give %s with --sample-input to keep "
+        "%s as inputs\n",
+        fixed.c_str(), them, them, them);
   }
   std::printf("wrote %s\n", output.c_str());
   if (!vm.count("verify")) return 0;
 
   gpipe::VerifyResult v = gpipe::VerifyArtifact(model, output, specs, tolerance);
-  std::printf("verify: output max|diff| = %.3g (worst %s), grad max|diff| = %.3g (%zu parameters, worst %s; "
-              "scaled by max(1, max|x|), tolerance %.3g)",
-              v.output_diff, v.worst_output.empty() ? "-" : v.worst_output.c_str(), v.grad_diff,
-              v.parameters_compared, v.worst_grad.empty() ? "-" : v.worst_grad.c_str(), tolerance);
+  std::printf(
+      "verify: output max|diff| = %.3g (worst %s), grad max|diff| = %.3g (%zu parameters, worst "
+      "%s; "
+      "scaled by max(1, max|x|), tolerance %.3g)",
+      v.output_diff, v.worst_output.empty() ? "-" : v.worst_output.c_str(), v.grad_diff,
+      v.parameters_compared, v.worst_grad.empty() ? "-" : v.worst_grad.c_str(), tolerance);
   std::printf("; vs the original on the same micro-batches %.3g", v.same_micro_batches_diff);
   if (v.has_float64) {
-    std::printf("; error vs float64: pipeline %.3g, original %.3g", v.pipeline_error, v.original_error);
+    std::printf("; error vs float64: pipeline %.3g, original %.3g", v.pipeline_error,
+                v.original_error);
   }
   std::printf(" %s\n", v.ok ? "OK" : "FAILED");
   return v.ok ? 0 : gpipe::kExitError;

@@ -15,28 +15,32 @@ namespace {
 // (kind, stage, micro-batch) as one key; B and I share one, since a
 // dependency on "the input gradient" is met by whichever the schedule runs.
 uint64_t KeyOf(const Action& a) {
-  const uint64_t kind = a.kind == ActionKind::kBackward ? static_cast<uint64_t>(ActionKind::kBackwardInput)
-                                                        : static_cast<uint64_t>(a.kind);
-  return (kind << 56) | (static_cast<uint64_t>(a.stage) << 32) | static_cast<uint64_t>(a.micro_batch);
+  const uint64_t kind = a.kind == ActionKind::kBackward
+                            ? static_cast<uint64_t>(ActionKind::kBackwardInput)
+                            : static_cast<uint64_t>(a.kind);
+  return (kind << 56) | (static_cast<uint64_t>(a.stage) << 32) |
+         static_cast<uint64_t>(a.micro_batch);
 }
 
 // Shared by every thread of one Execute call; guarded by `mutex`.
 struct Progress {
   explicit Progress(const ExecutionPlan& plan)
-      : done(plan.actions.size(), 0), wake(plan.per_thread.size()), next(plan.per_thread.size(), 0),
+      : done(plan.actions.size(), 0),
+        wake(plan.per_thread.size()),
+        next(plan.per_thread.size(), 0),
         running(plan.per_thread.size(), 0) {
     for (const auto& actions : plan.per_thread) finished_threads += actions.empty();
   }
   std::mutex mutex;
-  std::vector<char> done;                      // per action
-  std::vector<std::condition_variable> wake;   // per plan thread (one thread each)
-  std::vector<std::exception_ptr> failures;    // per action, only once something failed
+  std::vector<char> done;                     // per action
+  std::vector<std::condition_variable> wake;  // per plan thread (one thread each)
+  std::vector<std::exception_ptr> failures;   // per action, only once something failed
   bool failed = false;
   // Shared threads only: per plan thread, the position in its list of its
   // next action and whether a shared thread runs one of its actions now.
   std::vector<size_t> next;
   std::vector<char> running;
-  size_t finished_threads = 0;  // plan threads whose every action is done
+  size_t finished_threads = 0;        // plan threads whose every action is done
   std::condition_variable any_ready;  // a shared thread may find work
 
   bool Ready(const ExecutionPlan& plan, size_t k) const {
@@ -149,8 +153,7 @@ ExecutionPlan PlanExecution(const ActionOrder& order,
       plan.waits_for[k].push_back(it->second);
       std::vector<size_t>& wakes = plan.wakes[it->second];
       const size_t t = thread_of[k];
-      if (t != thread_of[it->second] &&
-          std::find(wakes.begin(), wakes.end(), t) == wakes.end())
+      if (t != thread_of[it->second] && std::find(wakes.begin(), wakes.end(), t) == wakes.end())
         wakes.push_back(t);
     }
   }

@@ -49,8 +49,8 @@ bool IsForward(const Action& action) { return action.kind == ActionKind::kForwar
 }  // namespace
 
 void PipelineRun::Forward() {
-  Execute(core_->PlanFor(core_->ScheduleFor("gpipe", slots_.size()), PipelineCore::ActionSubset::kForwards,
-                         false));
+  Execute(core_->PlanFor(core_->ScheduleFor("gpipe", slots_.size()),
+                         PipelineCore::ActionSubset::kForwards, false));
   ReceiveModelOutputs();
 }
 
@@ -68,14 +68,16 @@ std::vector<at::Tensor> PipelineRun::Backward(const std::vector<at::Tensor>& out
     auto parts = output_grads[k].split_with_sizes(micro_batches_.sizes, 0);
     for (size_t i = 0; i < m; ++i) {
       if (source.origin == ValueSource::Origin::StageOutput) {
-        AddGrad(slots_[i][source.stage].output_grads[source.index], parts[i], core_->stages[source.stage].device);
+        AddGrad(slots_[i][source.stage].output_grads[source.index], parts[i],
+                core_->stages[source.stage].device);
       } else {
         AddGrad(input_grads_[i][source.index], parts[i], InputDevice(source.index));
       }
     }
   }
   SendModelOutputGrads(output_grads);
-  Execute(core_->PlanFor(core_->ScheduleFor("gpipe", m), PipelineCore::ActionSubset::kBackwards, false));
+  Execute(core_->PlanFor(core_->ScheduleFor("gpipe", m), PipelineCore::ActionSubset::kBackwards,
+                         false));
   std::vector<at::Tensor> result(num_inputs);
   for (size_t k = 0; k < num_inputs; ++k) {
     std::vector<at::Tensor> parts;
@@ -146,10 +148,18 @@ void PipelineRun::RunAction(const Action& action) {
   }
   if (tracing) {
     switch (action.kind) {
-      case ActionKind::kForward: record.phase = TaskRecord::Phase::Forward; break;
-      case ActionKind::kBackward: record.phase = TaskRecord::Phase::Backward; break;
-      case ActionKind::kBackwardInput: record.phase = TaskRecord::Phase::BackwardInput; break;
-      case ActionKind::kBackwardWeight: record.phase = TaskRecord::Phase::BackwardWeight; break;
+      case ActionKind::kForward:
+        record.phase = TaskRecord::Phase::Forward;
+        break;
+      case ActionKind::kBackward:
+        record.phase = TaskRecord::Phase::Backward;
+        break;
+      case ActionKind::kBackwardInput:
+        record.phase = TaskRecord::Phase::BackwardInput;
+        break;
+      case ActionKind::kBackwardWeight:
+        record.phase = TaskRecord::Phase::BackwardWeight;
+        break;
     }
     record.end_ns = TaskTrace::NowNs();
     core_->trace.Record(record);
@@ -158,15 +168,19 @@ void PipelineRun::RunAction(const Action& action) {
 
 void PipelineRun::Execute(const ExecutionPlan& plan) {
   std::lock_guard<std::mutex> one_schedule_at_a_time(core_->run_mutex);
-  gpipe::Execute(plan, core_->workers, [this](const Action& a) {
-    try {
-      RunAction(a);
-    } catch (const LossFailure& failure) {  // the caller's loss: its own message, no stage named
-      std::rethrow_exception(failure.cause);
-    } catch (const std::exception& e) {
-      throw PipelineError(a.stage, a.micro_batch, IsForward(a) ? "forward" : "backward", e);
-    }
-  }, core_->shared_threads);
+  gpipe::Execute(
+      plan, core_->workers,
+      [this](const Action& a) {
+        try {
+          RunAction(a);
+        } catch (
+            const LossFailure& failure) {  // the caller's loss: its own message, no stage named
+          std::rethrow_exception(failure.cause);
+        } catch (const std::exception& e) {
+          throw PipelineError(a.stage, a.micro_batch, IsForward(a) ? "forward" : "backward", e);
+        }
+      },
+      core_->shared_threads);
   if (core_->peers) core_->peers->WaitSends();
 }
 

@@ -96,9 +96,9 @@ Trainer::Trainer(Pipeline& pipe, std::shared_ptr<const DataSource> train,
     TORCH_CHECK(options_.schedule.kind != "constant", "--lr-decay-steps ", end,
                 " ends a decay, and --lr-schedule constant has none; use --lr-schedule cosine or "
                 "linear, or drop --lr-decay-steps");
-    TORCH_CHECK(end > warmup, "--lr-decay-steps ", end, " ends the decay before the --warmup-steps ",
-                warmup, " warm-up does; give --lr-decay-steps above ", warmup,
-                ", or fewer --warmup-steps");
+    TORCH_CHECK(end > warmup, "--lr-decay-steps ", end,
+                " ends the decay before the --warmup-steps ", warmup,
+                " warm-up does; give --lr-decay-steps above ", warmup, ", or fewer --warmup-steps");
   }
   schedule_end_ = options_.schedule.decay_end.value_or(total_steps_);
 }
@@ -314,8 +314,10 @@ void Trainer::Restore(const TrainingState& state, const std::string& checkpoint)
     optimizer_->load(archive);
   } catch (const std::exception& e) {  // c10::Error, or the unpickler's std::out_of_range
     auto* error = dynamic_cast<const c10::Error*>(&e);
-    TORCH_CHECK(false, "checkpoint '", checkpoint, "': its optimizer state does not fit this model's parameters (",
-                error ? error->what_without_backtrace() : e.what(), "); resume with the artifact it was saved from");
+    TORCH_CHECK(false, "checkpoint '", checkpoint,
+                "': its optimizer state does not fit this model's parameters (",
+                error ? error->what_without_backtrace() : e.what(),
+                "); resume with the artifact it was saved from");
   }
 
   RngState rng;

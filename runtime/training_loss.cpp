@@ -36,10 +36,12 @@ std::pair<at::Tensor, at::Tensor> AsClassProblem(const LossOptions& loss, const 
   const int64_t classes = output.size(-1);
   at::Tensor labels = targets.reshape({-1}).to(at::kLong);
   // Ours, not ATen's "Target 108 is out of bounds.": which label, and the range.
-  const at::Tensor outside = labels.ne(loss.ignore_index).logical_and(labels.lt(0).logical_or(labels.ge(classes)));
+  const at::Tensor outside =
+      labels.ne(loss.ignore_index).logical_and(labels.lt(0).logical_or(labels.ge(classes)));
   if (outside.any().item<bool>()) {
-    TORCH_CHECK(false, "--loss ", loss.kind, " got label ", labels.masked_select(outside)[0].item<int64_t>(),
-                ", outside the model's ", classes, " classes (0 to ", classes - 1,
+    TORCH_CHECK(false, "--loss ", loss.kind, " got label ",
+                labels.masked_select(outside)[0].item<int64_t>(), ", outside the model's ", classes,
+                " classes (0 to ", classes - 1,
                 "); check the data's targets, or mark labels to skip with --ignore-index");
   }
   return {output.reshape({-1, classes}), std::move(labels)};

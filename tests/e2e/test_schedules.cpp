@@ -99,37 +99,39 @@ TEST(Schedules, BatchNormEndsWithGpipesStatisticsInEveryScheduleAndCheckpointMod
   at::Tensor x = at::randn({8, 3, 6, 6}) * 3 + 1;
   TempDir dir;
   for (bool deferred : {true, false})
-  for (CheckpointMode mode : {CheckpointMode::Never, CheckpointMode::ExceptLast,
-                              CheckpointMode::Always, CheckpointMode::Selective}) {
-    SCOPED_TRACE(deferred ? "deferred batch norm" : "batch norm");
-    CompileOptions compile = testing::Options(2, 4, mode);
-    compile.deferred_batch_norm = deferred;
-    CompileModel(TestModel("conv_bn.pt"), dir.path("bn.gpipe"), compile);
-    std::map<std::string, at::Tensor> gpipe_state;
-    for (const ScheduleCase& c : kSchedules) {
-      PipelineOptions options;
-      options.schedule = c.schedule;
-      options.virtual_stages = c.virtual_stages;
-      Pipeline pipe = Pipeline::load(dir.path("bn.gpipe"), options);
-      pipe.train_step({x}, [&](const MicroBatchRows& rows, const std::vector<at::Tensor>& outputs) {
-        return SquaresShare(outputs[0], rows.batch);
-      });
-      std::map<std::string, at::Tensor> state;
-      for (const auto& [name, b] : pipe.named_buffers()) state[name] = b.clone();
-      for (const auto& [name, p] : pipe.named_parameters())
-        state[name + ".grad"] = p.grad().clone();
-      EXPECT_EQ(state.at("1.num_batches_tracked").item<int64_t>(), deferred ? 1 : 4) << c.schedule;
-      if (c.schedule == "gpipe") {
-        gpipe_state = state;
-        continue;
-      }
-      for (const auto& [name, t] : state) {
-        if (!at::isFloatingType(t.scalar_type())) continue;
-        EXPECT_LE(testing::ScaledDiff(t, gpipe_state.at(name)), 1e-6)
-            << c.schedule << " " << ToString(mode) << " " << name;
+    for (CheckpointMode mode : {CheckpointMode::Never, CheckpointMode::ExceptLast,
+                                CheckpointMode::Always, CheckpointMode::Selective}) {
+      SCOPED_TRACE(deferred ? "deferred batch norm" : "batch norm");
+      CompileOptions compile = testing::Options(2, 4, mode);
+      compile.deferred_batch_norm = deferred;
+      CompileModel(TestModel("conv_bn.pt"), dir.path("bn.gpipe"), compile);
+      std::map<std::string, at::Tensor> gpipe_state;
+      for (const ScheduleCase& c : kSchedules) {
+        PipelineOptions options;
+        options.schedule = c.schedule;
+        options.virtual_stages = c.virtual_stages;
+        Pipeline pipe = Pipeline::load(dir.path("bn.gpipe"), options);
+        pipe.train_step({x},
+                        [&](const MicroBatchRows& rows, const std::vector<at::Tensor>& outputs) {
+                          return SquaresShare(outputs[0], rows.batch);
+                        });
+        std::map<std::string, at::Tensor> state;
+        for (const auto& [name, b] : pipe.named_buffers()) state[name] = b.clone();
+        for (const auto& [name, p] : pipe.named_parameters())
+          state[name + ".grad"] = p.grad().clone();
+        EXPECT_EQ(state.at("1.num_batches_tracked").item<int64_t>(), deferred ? 1 : 4)
+            << c.schedule;
+        if (c.schedule == "gpipe") {
+          gpipe_state = state;
+          continue;
+        }
+        for (const auto& [name, t] : state) {
+          if (!at::isFloatingType(t.scalar_type())) continue;
+          EXPECT_LE(testing::ScaledDiff(t, gpipe_state.at(name)), 1e-6)
+              << c.schedule << " " << ToString(mode) << " " << name;
+        }
       }
     }
-  }
 }
 
 // The trace shows each schedule's order: zb-h1 splits every backward into I
@@ -226,7 +228,8 @@ TEST(Schedules, WithDropoutEachScheduleIsBitwiseTheSameWhateverTheThreadsOrCheck
   CompileModel(TestModel("mlp9.pt"), dir.path("m.gpipe"), testing::Options(4, 4));
   at::manual_seed(5);
   const at::Tensor x = at::randn({12, 16});
-  auto gradients = [&](const ScheduleCase& c, CheckpointMode mode, StageThreads threads, bool train) {
+  auto gradients = [&](const ScheduleCase& c, CheckpointMode mode, StageThreads threads,
+                       bool train) {
     PipelineOptions options;
     options.schedule = c.schedule;
     options.virtual_stages = c.virtual_stages;
@@ -270,7 +273,7 @@ TEST(Schedules, WithDropoutEachScheduleIsBitwiseTheSameWhateverTheThreadsOrCheck
 // generator drawn in each schedule's own order the masks differed and so did
 // the weights, by orders of magnitude more.
 void ExpectEveryScheduleAndCheckpointModeTrainsToTheSameWeights(const std::string& model,
-                                                                 const at::Tensor& x) {
+                                                                const at::Tensor& x) {
   TempDir dir;
   CompileModel(TestModel(model), dir.path("m.gpipe"), testing::Options(4, 4));
   auto train = [&](const ScheduleCase& c, CheckpointMode mode, uint64_t seed = 11) {
@@ -313,8 +316,8 @@ void ExpectEveryScheduleAndCheckpointModeTrainsToTheSameWeights(const std::strin
   EXPECT_GT(other_seed, 1e-4) << model;
   EXPECT_LE(worst_difference(want_gpipe, want), 1e-6) << model << " gpipe vs 1f1b: rounding only";
   for (const ScheduleCase& c : kSchedules) {
-    for (CheckpointMode mode : {CheckpointMode::Never, CheckpointMode::Always, CheckpointMode::ExceptLast,
-                                CheckpointMode::Selective}) {
+    for (CheckpointMode mode : {CheckpointMode::Never, CheckpointMode::Always,
+                                CheckpointMode::ExceptLast, CheckpointMode::Selective}) {
       const auto got = train(c, mode);
       ASSERT_EQ(got.size(), want.size());
       EXPECT_EQ(worst_difference(got, c.schedule == "gpipe" ? want_gpipe : want), 0.0)
@@ -335,7 +338,7 @@ TEST(Schedules, WithDropoutEveryScheduleAndCheckpointModeTrainsToTheSameWeights)
 TEST(Schedules, WithAttentionDropoutEveryScheduleAndCheckpointModeTrainsToTheSameWeights) {
   at::manual_seed(5);
   ExpectEveryScheduleAndCheckpointModeTrainsToTheSameWeights("transformer_encoder.pt",
-                                                            at::randn({12, 6, 16}));
+                                                             at::randn({12, 6, 16}));
 }
 
 TEST(Schedules, UnknownOrUnfitSchedulesAndWholeBatchLossesAreOneLineErrors) {

@@ -158,11 +158,15 @@ TEST(Training, ALabelOutsideTheClassesNamesItAndTheRange) {
   const at::Tensor logits = at::zeros({3, 10});
   for (const char* kind : {"cross_entropy", "nll"}) {
     const LossOptions loss = ParseLoss(kind, -100);
-    EXPECT_EQ(testing::ErrorOf([&] { ComputeLoss(loss, logits, at::tensor({1, 108, 2})); }),
+    EXPECT_EQ(testing::ErrorOf([&] {
+                ComputeLoss(loss, logits, at::tensor({1, 108, 2}));
+              }),
               std::string("--loss ") + kind +
                   " got label 108, outside the model's 10 classes (0 to 9); check the data's "
                   "targets, or mark labels to skip with --ignore-index");
-    EXPECT_EQ(testing::ErrorOf([&] { LossShares(loss, at::tensor({-3, 1, 2})).Share(logits, 0, 3, 3); }),
+    EXPECT_EQ(testing::ErrorOf([&] {
+                LossShares(loss, at::tensor({-3, 1, 2})).Share(logits, 0, 3, 3);
+              }),
               std::string("--loss ") + kind +
                   " got label -3, outside the model's 10 classes (0 to 9); check the data's "
                   "targets, or mark labels to skip with --ignore-index");
@@ -357,13 +361,15 @@ TEST(Training, BadDataOptionsAreOneLineErrors) {
   EXPECT_EQ(error_of("--train --data " + TestModel("data_cls") + " --optimizer lion"),
             "gpipe-run: error: unknown --optimizer 'lion'; use sgd, adam or adamw\n");
   // A decay that cannot happen is refused, not ignored.
-  EXPECT_EQ(error_of("--train --data " + TestModel("data_cls") + " --lr-decay-steps 4"),
-            "gpipe-run: error: --lr-decay-steps 4 ends a decay, and --lr-schedule constant has none; "
-            "use --lr-schedule cosine or linear, or drop --lr-decay-steps\n");
-  EXPECT_EQ(error_of("--train --data " + TestModel("data_cls") +
-                     " --lr-schedule cosine --warmup-steps 3 --lr-decay-steps 2"),
-            "gpipe-run: error: --lr-decay-steps 2 ends the decay before the --warmup-steps 3 warm-up "
-            "does; give --lr-decay-steps above 3, or fewer --warmup-steps\n");
+  EXPECT_EQ(
+      error_of("--train --data " + TestModel("data_cls") + " --lr-decay-steps 4"),
+      "gpipe-run: error: --lr-decay-steps 4 ends a decay, and --lr-schedule constant has none; "
+      "use --lr-schedule cosine or linear, or drop --lr-decay-steps\n");
+  EXPECT_EQ(
+      error_of("--train --data " + TestModel("data_cls") +
+               " --lr-schedule cosine --warmup-steps 3 --lr-decay-steps 2"),
+      "gpipe-run: error: --lr-decay-steps 2 ends the decay before the --warmup-steps 3 warm-up "
+      "does; give --lr-decay-steps above 3, or fewer --warmup-steps\n");
   EXPECT_EQ(error_of("--train --sample-input 4x100 --loss cross_entropy"),
             "gpipe-run: error: --loss cross_entropy needs targets from --data; on random inputs "
             "use mse or sum\n");

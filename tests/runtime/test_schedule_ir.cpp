@@ -298,8 +298,12 @@ TEST(ScheduleCsv, NamesTheCellAndTheFix) {
             "'xxxxxxxxxxxxxxxxxxxxxxxx'... (100 bytes) at plan.csv:2:3 is not an action; write "
             "STAGE F|B|I|W MICRO_BATCH, e.g. 1F0");
   EXPECT_EQ(read("0F0,0B0\n1F0,1B0,\x01\xff\n"),
-            "'?" "?' at plan.csv:2:3 is not an action; write STAGE F|B|I|W MICRO_BATCH, e.g. 1F0");
-  EXPECT_EQ(ReadScheduleCsv("\xEF\xBB\xBF" "0F0,0B0\n1F0,1B0\n", 2, "plan.csv").actions,
+            "'?"
+            "?' at plan.csv:2:3 is not an action; write STAGE F|B|I|W MICRO_BATCH, e.g. 1F0");
+  EXPECT_EQ(ReadScheduleCsv("\xEF\xBB\xBF"
+                            "0F0,0B0\n1F0,1B0\n",
+                            2, "plan.csv")
+                .actions,
             ReadScheduleCsv("0F0,0B0\n1F0,1B0\n", 2, "plan.csv").actions);
   EXPECT_EQ(read("0F0,0B0,0F99\n1F0,1B0\n"),
             "'0F99' at plan.csv:1:3 names micro-batch 99 but plan.csv has only 5 actions; number "
