@@ -95,6 +95,12 @@ std::vector<StageKeepCosts> MeasureForBudget(const LoweredProgram& program, cons
   const double budget = *options.activation_budget_mib;
   TORCH_CHECK(std::isfinite(budget) && budget > 0, "--activation-budget is ", budget,
               "; give a positive number of MiB per stage and micro-batch");
+  // Beyond this the budget in bytes overflows (it printed negative MiB); no
+  // stage keeps a tebibyte per micro-batch.
+  constexpr int64_t kMostMib = int64_t{1} << 20;
+  TORCH_CHECK(budget <= static_cast<double>(kMostMib), "--activation-budget ", budget,
+              " MiB is more than any stage keeps per micro-batch; give at most ", kMostMib,
+              " MiB (1 TiB)");
   TORCH_CHECK(
       options.checkpoint != CheckpointMode::Selective,
       "--checkpoint selective keeps the selective plan, which --activation-budget replaces; "

@@ -70,11 +70,22 @@ std::optional<size_t> ReadNumber(const std::string& text, size_t* pos) {
   return value;
 }
 
+// Checked before any list is built: a mistyped count (--micro-batches
+// 100000000) must be a line, not gigabytes of actions and the kernel's kill.
 void RequireWork(const char* schedule_name, size_t stages, size_t micro_batches) {
   if (stages == 0 || micro_batches == 0) {
     throw std::invalid_argument(std::string(schedule_name) + " got " + std::to_string(stages) +
                                 " stages and " + std::to_string(micro_batches) +
                                 " micro-batches; it needs at least one of each");
+  }
+  if (micro_batches > kMaxScheduledPairs / stages) {
+    throw std::invalid_argument(
+        std::string(schedule_name) + " got " + std::to_string(stages) + " stages and " +
+        std::to_string(micro_batches) + " micro-batches, more than the " +
+        std::to_string(kMaxScheduledPairs) +
+        " (stage, micro-batch) pairs a schedule may hold; use fewer micro-batches (at most " +
+        std::to_string(kMaxScheduledPairs / stages) + " for " + std::to_string(stages) +
+        " stages)");
   }
 }
 

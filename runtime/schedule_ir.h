@@ -119,6 +119,10 @@ Schedule BuildInterleaved1F1B(size_t workers, size_t virtual_stages, size_t micr
 // unchanged. Each W comes after its own I on the same worker.
 Schedule BuildZeroBubbleH1(size_t stages, size_t micro_batches);
 
+// The most (stage, micro-batch) pairs a builder schedules: a step of more
+// is a typo, not a pipeline. Builders throw std::invalid_argument beyond it.
+inline constexpr size_t kMaxScheduledPairs = 1000000;
+
 // Dispatches on "gpipe", "1f1b", "interleaved-1f1b" or "zb-h1". `stages` is
 // always the total number of stages S. For interleaved-1f1b the workers are
 // S / virtual_stages (virtual_stages must divide S); the others need

@@ -240,6 +240,12 @@ TEST(ActivationBudget, EachPlanRefusesTheOtherPolicysModeWithTheFix) {
                      testing::Options(2, 2, CheckpointMode::Budget));
       }),
       "--checkpoint budget needs --activation-budget MiB: the budget its recompute plan fits");
+  options.activation_budget_mib = 1e15;  // in bytes it overflowed int64: a negative MiB figure
+  EXPECT_EQ(
+      testing::ErrorOf([&] { CompileModel(TestModel("mlp9.pt"), dir.path("x.gpipe"), options); }),
+      "--activation-budget 1e+15 MiB is more than any stage keeps per micro-batch; give at most "
+      "1048576 MiB (1 TiB)");
+  options.activation_budget_mib = 1;
   options.sample_inputs.clear();
   EXPECT_EQ(
       testing::ErrorOf([&] { CompileModel(TestModel("mlp9.pt"), dir.path("x.gpipe"), options); }),

@@ -190,6 +190,15 @@ TEST(ScheduleIr, BuildScheduleNamesTheFix) {
             "interleaved-1f1b");
   EXPECT_EQ(ErrorOf([] { BuildGpipe(0, 4); }),
             "gpipe got 0 stages and 4 micro-batches; it needs at least one of each");
+  // A mistyped count is one line, before anything is allocated.
+  EXPECT_EQ(ErrorOf([] { BuildSchedule("1f1b", 4, 100000000); }),
+            "1f1b got 4 stages and 100000000 micro-batches, more than the 1000000 (stage, "
+            "micro-batch) pairs a schedule may hold; use fewer micro-batches (at most 250000 for 4 "
+            "stages)");
+  EXPECT_EQ(ErrorOf([] { BuildSchedule("interleaved-1f1b", 4, SIZE_MAX, 2); }),
+            "interleaved-1f1b got 4 stages and " + std::to_string(SIZE_MAX) +
+                " micro-batches, more than the 1000000 (stage, micro-batch) pairs a schedule may "
+                "hold; use fewer micro-batches (at most 250000 for 4 stages)");
 }
 
 TEST(ScheduleValidate, SimulatesOneStepPerAction) {
