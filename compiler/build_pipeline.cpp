@@ -168,7 +168,10 @@ BuiltPipeline BuildPipeline(const LoweredProgram& program, const StagePlan& plan
     if (!options.ranks.empty()) entry.rank = options.ranks[s];
     size_t end_node = s + 1 < num_stages ? plan.first_node[s + 1] : SIZE_MAX;
     int64_t count = 0;
-    for (; unit < units.size() && units[unit].begin < end_node; ++unit, ++count) {
+    // A unit belongs to the stage its last node runs in: a --split-before
+    // cut falls on the named call, after the unit's leading bookkeeping
+    // nodes (layer2.0.conv1's begin lies before the cut at layer2.0).
+    for (; unit < units.size() && units[unit].end <= end_node; ++unit, ++count) {
       entry.units.push_back(units[unit].name);
     }
     built.balance.push_back(count);

@@ -13,6 +13,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "runtime/artifact.h"
 #include "tests/e2e/pipeline_harness.h"
 #include "tests/test_util.h"
@@ -31,14 +33,16 @@ size_t SkipRoutes(const Manifest& m) {
   size_t routes = 0;
   for (size_t b = 0; b < m.stages.size(); ++b) {
     for (const auto& v : m.stages[b].inputs) {
-      routes += v.origin == ValueSource::Origin::StageOutput && v.stage + 1 < static_cast<int64_t>(b);
+      routes +=
+          v.origin == ValueSource::Origin::StageOutput && v.stage + 1 < static_cast<int64_t>(b);
     }
   }
   return routes;
 }
 
-void ExpectEqualToOriginal(const std::string& model, const CompileOptions& options, const at::Tensor& x,
-                           double tolerance, bool train = false, bool bitwise_one_chunk = true) {
+void ExpectEqualToOriginal(const std::string& model, const CompileOptions& options,
+                           const at::Tensor& x, double tolerance, bool train = false,
+                           bool bitwise_one_chunk = true) {
   TempDir dir;
   CompileModel(TestModel(model), dir.path("m.gpipe"), options);
   Pipeline pipe = Pipeline::load(dir.path("m.gpipe"));
@@ -64,6 +68,20 @@ TEST(GeneralGraphs, ResNet50SplitBeforeNestedBlocks) {
   TempDir dir;
   auto report = CompileModel(TestModel("resnet50.pt"), dir.path("r.gpipe"), options);
   EXPECT_EQ(report.manifest.stages.size(), 4u);
+  // Each stage lists the units it runs: the named block starts the next stage
+  // (its first unit, layer2.0.conv1, was listed last in the stage before).
+  for (size_t s = 1; s < 4; ++s) {
+    const std::string& named = options.split_before[s - 1];
+    const StageEntry& before = report.manifest.stages[s - 1];
+    const StageEntry& stage = report.manifest.stages[s];
+    ASSERT_FALSE(stage.units.empty());
+    EXPECT_EQ(stage.units.front().rfind(named + ".", 0), 0u) << stage.units.front();
+    EXPECT_NE(before.units.back().rfind(named + ".", 0), 0u) << before.units.back();
+    EXPECT_TRUE(
+        std::any_of(stage.parameters.begin(), stage.parameters.end(),
+                    [&](const ParameterEntry& p) { return p.original == named + ".conv1.weight"; }))
+        << named;
+  }
   torch::manual_seed(0);
   ExpectEqualToOriginal("resnet50.pt", options, torch::randn({8, 3, 32, 32}), 1e-5);
 }
@@ -106,7 +124,8 @@ TEST(GeneralGraphs, TransformerWithTiedEmbeddingTrainsOneWeight) {
   }
   EXPECT_EQ(owners, 1u) << "the tied weight must exist once";
   Pipeline pipe = Pipeline::load(dir.path("g.gpipe"));
-  EXPECT_EQ(pipe.named_parameters().size(), torch::jit::load(TestModel("gpt.pt")).parameters().size());
+  EXPECT_EQ(pipe.named_parameters().size(),
+            torch::jit::load(TestModel("gpt.pt")).parameters().size());
 }
 
 TEST(GeneralGraphs, IfNodeNearACutStaysWhole) {
@@ -114,7 +133,8 @@ TEST(GeneralGraphs, IfNodeNearACutStaysWhole) {
   for (float sign : {1.0f, -1.0f}) {  // take each branch
     at::Tensor x = torch::rand({6, 4}) * sign + sign;
     for (int64_t chunks : {1, 3}) {
-      ExpectEqualToOriginal("branchy.pt", Options(3, chunks), x, 1e-6, false, /*bitwise_one_chunk=*/false);
+      ExpectEqualToOriginal("branchy.pt", Options(3, chunks), x, 1e-6, false,
+                            /*bitwise_one_chunk=*/false);
     }
   }
 }
@@ -169,7 +189,8 @@ TEST(GeneralGraphs, RecomputeDoesNotUpdateBatchNormStatisticsTwice) {
     EXPECT_TRUE(torch::equal(buffers[0][k].second, buffers[1][k].second)) << buffers[0][k].first;
     if (buffers[0][k].first == "enc1.1.num_batches_tracked") {
       tracked = true;
-      EXPECT_EQ(buffers[1][k].second.item<int64_t>(), 2) << "one update per micro-batch, none per recompute";
+      EXPECT_EQ(buffers[1][k].second.item<int64_t>(), 2)
+          << "one update per micro-batch, none per recompute";
     }
   }
   EXPECT_TRUE(tracked);
@@ -205,13 +226,16 @@ TEST(DeferredBatchNorm, RunningStatisticsComeFromTheWholeBatch) {
       testing::RunPipeline(pipe, x, /*train=*/true, 0);
       std::map<std::string, at::Tensor> got;
       for (const auto& [name, b] : pipe.named_buffers()) got[name] = b;
-      double mean_diff = (got.at("1.running_mean") - want.at("1.running_mean")).abs().max().item<double>();
-      double var_diff = (got.at("1.running_var") - want.at("1.running_var")).abs().max().item<double>();
+      double mean_diff =
+          (got.at("1.running_mean") - want.at("1.running_mean")).abs().max().item<double>();
+      double var_diff =
+          (got.at("1.running_var") - want.at("1.running_var")).abs().max().item<double>();
       if (deferred) {
         EXPECT_LE(mean_diff, 1e-6) << ToString(mode);
         EXPECT_LE(var_diff, 1e-6) << ToString(mode);
         EXPECT_EQ(got.at("1.num_batches_tracked").item<int64_t>(), 1) << ToString(mode);
-        EXPECT_EQ(got.at("1.gpipe_calls").item<double>(), 0.0) << "accumulators are reset by the commit";
+        EXPECT_EQ(got.at("1.gpipe_calls").item<double>(), 0.0)
+            << "accumulators are reset by the commit";
       } else {
         // Four updates from four small batches: visibly not the whole batch's statistics.
         EXPECT_GT(mean_diff, 1e-3);
