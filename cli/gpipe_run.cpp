@@ -137,7 +137,9 @@ int Main(int argc, char** argv) {
       ("threads", po::value(&threads)->default_value(0),
        "intra-op threads of the calling thread (0 = LibTorch's default)")
       ("threads-per-stage", po::value(&threads_per_stage)->default_value(0),
-       "intra-op threads of each CPU stage's worker (0 = cores / CPU stages, -1 = LibTorch's default)")
+       "intra-op threads of each CPU stage's worker (0 = cores / CPU stages, at least 1; -1 = LibTorch's "
+       "default); in one process, when the stages' threads outnumber the cores, cores / this many worker "
+       "threads run every stage's tasks")
       ("save", po::value(&save), "after the last step, write the (trained) artifact here, atomically")
       ("checkpoint-every", po::value(&checkpoint_every)->default_value(0),
        "--save: also write it every K steps, so the last good state survives a crash (0 = only at the end)")
