@@ -2,7 +2,7 @@
 // from its action list: the gradients of the unpipelined model in every
 // checkpoint mode, on a plain MLP, on skip routes (U-Net) and on tied weights
 // (GPT); the activation memory each schedule holds; and the order of the
-// tasks the trace records.
+// tasks the trace records. With dropout: test_schedules_dropout.cpp.
 
 #include <gtest/gtest.h>
 
@@ -15,26 +15,17 @@
 
 #include "runtime/memory_tracker.h"
 #include "tests/e2e/pipeline_harness.h"
+#include "tests/e2e/schedule_cases.h"
 #include "tests/test_util.h"
 
 namespace gpipe {
 namespace {
 
+using testing::kSchedules;
+using testing::ScheduleCase;
+using testing::SquaresShare;
 using testing::TempDir;
 using testing::TestModel;
-
-struct ScheduleCase {
-  std::string schedule;
-  size_t virtual_stages;
-};
-
-const ScheduleCase kSchedules[] = {
-    {"gpipe", 1}, {"1f1b", 1}, {"interleaved-1f1b", 2}, {"zb-h1", 1}};
-
-// sum(output^2) / batch: each micro-batch's share is its rows' sum / batch.
-at::Tensor SquaresShare(const at::Tensor& output, int64_t batch) {
-  return output.to(at::kDouble).pow(2).sum() / static_cast<double>(batch);
-}
 
 void ExpectEveryScheduleGivesTheOriginalsGradients(const std::string& model,
                                                    const at::Tensor& input) {
@@ -216,129 +207,6 @@ TEST(Schedules, OneFOneBHoldsAtMostHalfOfGpipesActivations) {
               static_cast<long long>(gpipe), static_cast<long long>(one_f_one_b),
               static_cast<double>(one_f_one_b) / static_cast<double>(gpipe));
   EXPECT_LE(2 * one_f_one_b, gpipe) << "1f1b " << one_f_one_b << " bytes, gpipe " << gpipe;
-}
-
-// Dropout draws by key (keyed_random.h), so a schedule's results depend
-// neither on its threads (one per stage, a few shared by all stages, or one
-// for all) nor on recomputation.
-enum class StageThreads { kDefault, kOnePerStage, kOne };
-
-TEST(Schedules, WithDropoutEachScheduleIsBitwiseTheSameWhateverTheThreadsOrCheckpointing) {
-  TempDir dir;
-  CompileModel(TestModel("mlp9.pt"), dir.path("m.gpipe"), testing::Options(4, 4));
-  at::manual_seed(5);
-  const at::Tensor x = at::randn({12, 16});
-  auto gradients = [&](const ScheduleCase& c, CheckpointMode mode, StageThreads threads,
-                       bool train) {
-    PipelineOptions options;
-    options.schedule = c.schedule;
-    options.virtual_stages = c.virtual_stages;
-    options.checkpoint = mode;
-    options.one_worker = threads == StageThreads::kOne;
-    options.share_cpu_threads = threads != StageThreads::kOnePerStage;
-    Pipeline pipe = Pipeline::load(dir.path("m.gpipe"), options);
-    if (!train) pipe.eval();
-    at::manual_seed(11);
-    pipe.train_step({x}, [&](const MicroBatchRows& rows, const std::vector<at::Tensor>& outputs) {
-      return SquaresShare(outputs[0], rows.batch);
-    });
-    std::vector<at::Tensor> grads;
-    for (const auto& [name, p] : pipe.named_parameters()) grads.push_back(p.grad());
-    return grads;
-  };
-  auto same = [](const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
-    bool equal = a.size() == b.size();
-    for (size_t k = 0; equal && k < a.size(); ++k) equal = at::equal(a[k], b[k]);
-    return equal;
-  };
-  for (const ScheduleCase& c : kSchedules) {
-    const auto want = gradients(c, CheckpointMode::Never, StageThreads::kDefault, true);
-    EXPECT_TRUE(same(want, gradients(c, CheckpointMode::Never, StageThreads::kOne, true)))
-        << c.schedule << ": one worker thread";
-    EXPECT_TRUE(same(want, gradients(c, CheckpointMode::Never, StageThreads::kOnePerStage, true)))
-        << c.schedule << ": one thread per stage";
-    EXPECT_TRUE(same(want, gradients(c, CheckpointMode::Always, StageThreads::kDefault, true)))
-        << c.schedule << ": always";
-    EXPECT_TRUE(same(want, gradients(c, CheckpointMode::ExceptLast, StageThreads::kOne, true)))
-        << c.schedule << ": except_last on one worker thread";
-    EXPECT_FALSE(same(want, gradients(c, CheckpointMode::Never, StageThreads::kDefault, false)))
-        << c.schedule << ": dropout was off";
-  }
-}
-
-// Keyed draws: with dropout, every schedule and checkpoint mode trains to the
-// same weights. Three SGD steps; the masks are the same everywhere, so only
-// the order in which micro-batches' weight gradients are summed can differ
-// (gpipe's against the others', float rounding, ~1e-7 here); with the shared
-// generator drawn in each schedule's own order the masks differed and so did
-// the weights, by orders of magnitude more.
-void ExpectEveryScheduleAndCheckpointModeTrainsToTheSameWeights(const std::string& model,
-                                                                const at::Tensor& x) {
-  TempDir dir;
-  CompileModel(TestModel(model), dir.path("m.gpipe"), testing::Options(4, 4));
-  auto train = [&](const ScheduleCase& c, CheckpointMode mode, uint64_t seed = 11) {
-    PipelineOptions options;
-    options.schedule = c.schedule;
-    options.virtual_stages = c.virtual_stages;
-    options.checkpoint = mode;
-    Pipeline pipe = Pipeline::load(dir.path("m.gpipe"), options);
-    pipe.train();
-    at::manual_seed(seed);
-    for (int step = 0; step < 3; ++step) {
-      for (auto& p : pipe.parameters()) p.mutable_grad() = at::Tensor();
-      pipe.train_step({x}, [&](const MicroBatchRows& rows, const std::vector<at::Tensor>& outputs) {
-        return SquaresShare(outputs[0], rows.batch);
-      });
-      at::NoGradGuard no_grad;
-      for (auto& p : pipe.parameters()) p.sub_(p.grad() * 0.1);
-    }
-    std::vector<at::Tensor> weights;
-    for (const auto& [name, p] : pipe.named_parameters()) weights.push_back(p.detach().clone());
-    return weights;
-  };
-  // The largest difference of any weight, relative to that tensor's largest magnitude.
-  auto worst_difference = [](const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
-    double worst = 0;
-    for (size_t k = 0; k < a.size(); ++k) {
-      const double scale = std::max(1.0, b[k].abs().max().item<double>());
-      worst = std::max(worst, (a[k] - b[k]).abs().max().item<double>() / scale);
-    }
-    return worst;
-  };
-  // Each schedule's reference: gpipe sums a stage's micro-batches' weight
-  // gradients last first (it frees its last micro-batch first), the others
-  // first to last, so those two orders differ by float rounding and nothing
-  // else; within each order the weights are bitwise identical.
-  const auto want_gpipe = train(kSchedules[0], CheckpointMode::Never);
-  const auto want = train(kSchedules[1], CheckpointMode::Never);
-  // The draws matter: another seed draws other masks and trains to other weights.
-  const double other_seed = worst_difference(train(kSchedules[1], CheckpointMode::Never, 12), want);
-  EXPECT_GT(other_seed, 1e-4) << model;
-  EXPECT_LE(worst_difference(want_gpipe, want), 1e-6) << model << " gpipe vs 1f1b: rounding only";
-  for (const ScheduleCase& c : kSchedules) {
-    for (CheckpointMode mode : {CheckpointMode::Never, CheckpointMode::Always,
-                                CheckpointMode::ExceptLast, CheckpointMode::Selective}) {
-      const auto got = train(c, mode);
-      ASSERT_EQ(got.size(), want.size());
-      EXPECT_EQ(worst_difference(got, c.schedule == "gpipe" ? want_gpipe : want), 0.0)
-          << model << " " << c.schedule << " " << ToString(mode)
-          << ": bitwise (another seed: " << other_seed << ")";
-    }
-  }
-}
-
-TEST(Schedules, WithDropoutEveryScheduleAndCheckpointModeTrainsToTheSameWeights) {
-  at::manual_seed(5);
-  ExpectEveryScheduleAndCheckpointModeTrainsToTheSameWeights("mlp9.pt", at::randn({12, 16}));
-}
-
-// Attention's own dropout (nn.MultiheadAttention: aten::dropout under 1.13,
-// inside scaled_dot_product_attention under 2.x, keyed as
-// gpipe::scaled_dot_product_attention) trained in train mode.
-TEST(Schedules, WithAttentionDropoutEveryScheduleAndCheckpointModeTrainsToTheSameWeights) {
-  at::manual_seed(5);
-  ExpectEveryScheduleAndCheckpointModeTrainsToTheSameWeights("transformer_encoder.pt",
-                                                             at::randn({12, 6, 16}));
 }
 
 TEST(Schedules, UnknownOrUnfitSchedulesAndWholeBatchLossesAreOneLineErrors) {
