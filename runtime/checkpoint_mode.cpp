@@ -27,11 +27,10 @@ std::string ToString(CheckpointMode mode) {
   TORCH_INTERNAL_ASSERT(false);
 }
 
-bool IsCheckpointed(CheckpointMode mode, size_t micro_batch) {
+bool IsCheckpointed(CheckpointMode mode, size_t micro_batch, size_t num_micro_batches) {
   switch (mode) {
     case CheckpointMode::Never: return false;
-    case CheckpointMode::ExceptLast:
-      return micro_batch != 0;
+    case CheckpointMode::ExceptLast: return micro_batch + 1 < num_micro_batches;
     case CheckpointMode::Always: return true;
     case CheckpointMode::Selective:
     case CheckpointMode::Budget:

@@ -13,8 +13,7 @@ namespace gpipe {
 // writes it as a Chrome/Perfetto timeline. Off, it costs one atomic load per
 // task.
 struct TaskRecord {
-  // Send and Receive: a SEND/RECV action (several processes), the wait included.
-  enum class Phase { Forward, Backward, Recompute, BackwardInput, BackwardWeight, Send, Receive };
+  enum class Phase { Forward, Backward, Recompute, BackwardInput, BackwardWeight };
   size_t stage = 0;
   size_t micro_batch = 0;
   Phase phase = Phase::Forward;

@@ -10,14 +10,27 @@
 #include "runtime/schedule_csv.h"
 #include "runtime/schedule_ir.h"
 #include "runtime/schedule_validate.h"
-#include "tests/runtime/schedule_rows.h"
 
 namespace gpipe {
 
+// Readable GoogleTest failures ("1F0" instead of bytes); static so that no
+// other test file's printer can clash with it.
+static void PrintTo(const Action& action, std::ostream* out) { *out << ToString(action); }
+
 namespace {
 
-using testing::Rows;
-using testing::RowsOf;
+using Rows = std::vector<std::string>;
+
+// Each worker's actions as one space-separated line, e.g. "0F0 0F1 0B1 0B0".
+Rows RowsOf(const Schedule& schedule) {
+  Rows rows;
+  for (const std::vector<Action>& list : schedule.actions) {
+    std::string row;
+    for (const Action& action : list) row += (row.empty() ? "" : " ") + ToString(action);
+    rows.push_back(row);
+  }
+  return rows;
+}
 
 // The inverse of RowsOf, for hand-written (possibly broken) schedules.
 Schedule FromRows(size_t stages, size_t micro_batches, const Rows& rows,
@@ -37,9 +50,15 @@ Schedule FromRows(size_t stages, size_t micro_batches, const Rows& rows,
   return schedule;
 }
 
+// What `fn` throws as std::invalid_argument, or "" if it returns.
 template <typename Fn>
 std::string ErrorOf(Fn fn) {
-  return testing::InvalidArgumentOf(fn);
+  try {
+    fn();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
 }
 
 std::string ValidationError(const Schedule& schedule) {
@@ -60,16 +79,15 @@ TEST(ScheduleIr, ActionsPrintAndParseInPyTorchsSpelling) {
     EXPECT_EQ(ToString(ParseAction(text).value()), text);
   }
   EXPECT_EQ(ParseAction("12F34"), (Action{ActionKind::kForward, 12, 34}));
-  for (const char* bad :
-       {"", "F0", "1F", "1X0", "1F0x", " 1F0", "-1F0", "1f0", "1SEND_X0", "1SEND_F", "1SENDF0",
-        "1send_f0", "1RECV_0", "99999999999999999999999F0"}) {
+  for (const char* bad : {"", "F0", "1F", "1X0", "1F0x", " 1F0", "-1F0", "1f0", "1SEND_F0",
+                          "99999999999999999999999F0"}) {
     EXPECT_FALSE(ParseAction(bad).has_value()) << bad;
   }
 }
 
-TEST(ScheduleIr, GpipeRunsEveryForwardThenEveryBackwardInMicroBatchOrder) {
+TEST(ScheduleIr, GpipeRunsEveryForwardThenBackwardsLastMicroBatchFirst) {
   Schedule schedule = BuildGpipe(2, 3);
-  EXPECT_EQ(RowsOf(schedule), (Rows{"0F0 0F1 0F2 0B0 0B1 0B2", "1F0 1F1 1F2 1B0 1B1 1B2"}));
+  EXPECT_EQ(RowsOf(schedule), (Rows{"0F0 0F1 0F2 0B2 0B1 0B0", "1F0 1F1 1F2 1B2 1B1 1B0"}));
   EXPECT_EQ(schedule.worker_of_stage, (std::vector<size_t>{0, 1}));
   EXPECT_EQ(schedule.num_workers, 2u);
 }
@@ -237,7 +255,7 @@ TEST(ScheduleValidate, RejectsBadlySplitBackwards) {
 }
 
 TEST(ScheduleCsv, WritesOneRowPerWorker) {
-  EXPECT_EQ(WriteScheduleCsv(BuildGpipe(2, 2)), "0F0,0F1,0B0,0B1\n1F0,1F1,1B0,1B1\n");
+  EXPECT_EQ(WriteScheduleCsv(BuildGpipe(2, 2)), "0F0,0F1,0B1,0B0\n1F0,1F1,1B1,1B0\n");
 }
 
 TEST(ScheduleCsv, RoundTripsEveryBuilder) {
