@@ -12,10 +12,12 @@
 
 #include "cli/cli_main.h"
 #include "runtime/artifact.h"
+#include "runtime/rank_plan.h"
 #include "runtime/recompute.h"
 #include "runtime/sample_input.h"
 #include "runtime/schedule_csv.h"
 #include "runtime/schedule_ir.h"
+#include "runtime/schedule_lowering.h"
 #include "runtime/stage.h"
 
 namespace po = boost::program_options;
@@ -100,7 +102,7 @@ std::string PlanDot(const gpipe::Manifest& m, const std::vector<double>& stage_c
 }
 
 int Main(int argc, char** argv) {
-  std::string artifact, sample_input, dot_path, svg_path, schedule;
+  std::string artifact, sample_input, dot_path, svg_path, schedule, ranks;
   int64_t micro_batches = 0, virtual_stages = 1;
   po::options_description opts(
       "Usage: gpipe-inspect ART.gpipe [--sample-input SHAPE]\n"
@@ -120,11 +122,15 @@ int Main(int argc, char** argv) {
        "each worker's peak in-flight micro-batches (gpipe-run --train --schedule runs any of them)")
       ("micro-batches", po::value(&micro_batches), "micro-batches for --schedule (default: the artifact's chunks)")
       ("virtual-stages", po::value(&virtual_stages)->default_value(1), "stages per worker for "
-       "--schedule interleaved-1f1b (it must divide the stage count)");
+       "--schedule interleaved-1f1b (it must divide the stage count)")
+      ("ranks", po::value(&ranks), "with --schedule: the rank running each stage, as gpipe-run "
+       "--distributed --ranks takes it (e.g. 0,0,1,1); the table then shows the SEND_F/RECV_F/SEND_B/RECV_B "
+       "actions that move values between ranks, as each rank runs them");
   // clang-format on
   po::variables_map vm;
   if (!gpipe::ParseCommandLine(argc, argv, opts, "artifact", vm)) return 0;
   if (artifact.empty()) throw po::error("the artifact file is missing");
+  if (vm.count("ranks") && schedule.empty()) throw po::error("--ranks needs --schedule");
   if (!svg_path.empty() && dot_path.empty()) dot_path = svg_path + ".dot";
 
   // Stage modules call the runtime's `gpipe::` ops: this links their registration in.
@@ -242,10 +248,21 @@ int Main(int argc, char** argv) {
     if (micro_batches == 0) micro_batches = m.chunks;
     TORCH_CHECK(micro_batches > 0, "--micro-batches must be at least 1, not ", micro_batches);
     TORCH_CHECK(virtual_stages > 0, "--virtual-stages must be at least 1, not ", virtual_stages);
-    std::printf("%s", gpipe::FormatTable(gpipe::LoadSchedule(schedule, m.stages.size(),
-                                                             static_cast<size_t>(micro_batches),
-                                                             static_cast<size_t>(virtual_stages)))
-                          .c_str());
+    const gpipe::Schedule compute =
+        gpipe::LoadSchedule(schedule, m.stages.size(), static_cast<size_t>(micro_batches),
+                            static_cast<size_t>(virtual_stages));
+    if (ranks.empty()) {
+      std::printf("%s", gpipe::FormatTable(compute).c_str());
+    } else {
+      const std::vector<int> rank_of_stage = gpipe::ParseRanks(gpipe::SplitList(ranks));
+      TORCH_CHECK(rank_of_stage.size() == m.stages.size(), "--ranks lists ", rank_of_stage.size(),
+                  " ranks but the artifact has ", m.stages.size(),
+                  " stages; give one rank per stage");
+      const gpipe::StageFlow flow = gpipe::StageFlowOf(m);
+      std::printf(
+          "%s",
+          gpipe::FormatTable(gpipe::AddCommunication(compute, flow, rank_of_stage), &flow).c_str());
+    }
   }
   if (!svg_path.empty()) {
     std::string command = "dot -Tsvg '" + dot_path + "' -o '" + svg_path + "'";

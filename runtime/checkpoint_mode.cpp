@@ -27,10 +27,11 @@ std::string ToString(CheckpointMode mode) {
   TORCH_INTERNAL_ASSERT(false);
 }
 
-bool IsCheckpointed(CheckpointMode mode, size_t micro_batch, size_t num_micro_batches) {
+bool IsCheckpointed(CheckpointMode mode, size_t micro_batch) {
   switch (mode) {
     case CheckpointMode::Never: return false;
-    case CheckpointMode::ExceptLast: return micro_batch + 1 < num_micro_batches;
+    case CheckpointMode::ExceptLast:
+      return micro_batch != 0;
     case CheckpointMode::Always: return true;
     case CheckpointMode::Selective:
     case CheckpointMode::Budget:

@@ -27,32 +27,6 @@
 namespace gpipe {
 namespace {
 
-// Which stages read which, and where the loss runs: the last stage producing a model output.
-StageFlow FlowOf(const Manifest& manifest, size_t num_stages) {
-  StageFlow flow;
-  flow.num_stages = num_stages;
-  flow.reads_from.resize(num_stages);
-  flow.read_by.resize(num_stages);
-  flow.feeds_loss.assign(num_stages, false);
-  for (size_t j = 0; j < num_stages; ++j) {
-    for (const ValueSource& source : manifest.stages[j].inputs) {
-      if (source.origin != ValueSource::Origin::StageOutput) continue;
-      const size_t p = static_cast<size_t>(source.stage);
-      auto& from = flow.reads_from[j];
-      if (std::find(from.begin(), from.end(), p) != from.end()) continue;
-      from.push_back(p);
-      flow.read_by[p].push_back(j);
-    }
-  }
-  for (const ValueSource& source : manifest.outputs) {
-    if (source.origin != ValueSource::Origin::StageOutput) continue;
-    const size_t s = static_cast<size_t>(source.stage);
-    flow.feeds_loss[s] = true;
-    flow.loss_stage = std::max(flow.loss_stage.value_or(0), s);
-  }
-  return flow;
-}
-
 // What every rank must agree on: the artifact (weights aside) and the options
 // that shape the schedule. Devices may differ between hosts.
 std::string Fingerprint(Manifest manifest, const RankPlan& ranks) {
@@ -168,7 +142,7 @@ Pipeline Pipeline::load(const std::string& path, const PipelineOptions& options)
   TORCH_CHECK(options.threads_per_stage >= -1, "threads per stage is ", options.threads_per_stage,
               "; use a positive count, 0 (automatic) or -1 (LibTorch's default)");
   const int processes_per_machine = options.peers ? options.peers->options().local_world_size : 1;
-  core->flow = FlowOf(core->manifest, num_stages);
+  core->flow = StageFlowOf(core->manifest);
   WorkerAssignment assignment =
       AssignWorkers(core->stages, core->ranks, options.threads_per_stage, processes_per_machine,
                     options.one_worker, options.share_cpu_threads, core->workers);

@@ -2,6 +2,7 @@
 
 #include "runtime/pipeline_core.h"
 
+#include "runtime/schedule_lowering.h"
 #include "runtime/schedule_validate.h"
 
 namespace gpipe {
@@ -30,16 +31,23 @@ const ExecutionPlan& PipelineCore::PlanFor(const Schedule& schedule, ActionSubse
   auto keep = [subset](const Action& a) {
     switch (subset) {
       case ActionSubset::kAll: return true;
-      case ActionSubset::kForwards: return a.kind == ActionKind::kForward;
-      case ActionSubset::kBackwards: return a.kind != ActionKind::kForward;
+      case ActionSubset::kForwards:
+        return IsForwardDirection(a.kind);
+      case ActionSubset::kBackwards:
+        return !IsForwardDirection(a.kind);
     }
     return true;
   };
   StageFlow waits = flow;
   if (!loss_in_schedule) waits.loss_stage.reset();
-  const ActionOrder order = OrderActions(schedule, worker_of_stage, workers.size(), keep);
+  // Several processes: the values crossing ranks become SEND/RECV actions,
+  // checked (ValidateSchedule inside OrderActions) and run like the others.
+  const Schedule lowered =
+      ranks.distributed() ? AddCommunication(schedule, waits, ranks.rank_of_stage()) : schedule;
+  const ActionOrder order = OrderActions(lowered, waits, worker_of_stage, workers.size(), keep);
   ExecutionPlan plan = PlanExecution(order, [&](const Action& a) {
-    return ActionDependencies(a, waits, [](size_t, size_t) { return ActionKind::kBackwardInput; });
+    return ActionDependencies(a, waits, lowered.rank_of_stage,
+                              [](size_t, size_t) { return ActionKind::kBackwardInput; });
   });
   return plans.emplace(key, std::move(plan)).first->second;
 }

@@ -1,6 +1,8 @@
 // Several processes: what crosses between ranks during a run. Stage outputs
-// and their gradients travel as tagged messages (RankPlan::Message), the
-// model's outputs go to the rank holding them. Random draws need no
+// and their gradients travel as tagged messages (RankPlan::Message), sent
+// and received by the schedule's SEND/RECV actions (schedule_lowering.h);
+// the model's outputs go to the rank holding them (received by the loss in
+// its stage's F, or after forward()). Random draws need no
 // message: they are keyed (keyed_random.h). In one process none of this
 // runs: every stage is local.
 
@@ -21,13 +23,37 @@ bool PipelineRun::IsRemote(const ValueSource& source) const {
   return source.origin == ValueSource::Origin::StageOutput && !core_->ranks.IsLocal(source.stage);
 }
 
-// Input n of stage j (forward), or the gradient for it (backward), from the rank that runs its
-// producer.
-c10::IValue PipelineRun::ReceiveInput(size_t i, size_t j, size_t n, bool backward) {
-  const ValueSource& source = core_->stages[j].inputs[n];
-  std::string what = OutputName(source.stage, source.index, i);
-  return RecvValue(*core_->peers, core_->ranks.rank_of(source.stage),
-                   core_->ranks.Message(backward, i, slots_.size(), j, n), what, &core_->messages);
+void PipelineRun::RunCommunication(const Action& action) {
+  const size_t i = action.micro_batch;
+  const size_t j = action.stage;
+  switch (action.kind) {
+    case ActionKind::kRecvForward:
+      return ReceiveInputs(i, j);
+    case ActionKind::kSendForward:
+      return SendOutputs(i, j);
+    case ActionKind::kRecvBackward:
+      return ReceiveOutputGrads(i, j);
+    case ActionKind::kSendBackward:
+      return SendInputGrads(i, j);
+    default:
+      TORCH_INTERNAL_ASSERT(false, "not a communication action: ", ToString(action));
+  }
+}
+
+// Stage j's inputs for micro-batch i that another rank makes, from the rank
+// running each producer, kept for F.
+void PipelineRun::ReceiveInputs(size_t i, size_t j) {
+  const std::vector<ValueSource>& inputs = core_->stages[j].inputs;
+  Slot& slot = slots_[i][j];
+  slot.received_inputs.assign(inputs.size(), c10::IValue());
+  for (size_t n = 0; n < inputs.size(); ++n) {
+    const ValueSource& source = inputs[n];
+    if (!IsRemote(source)) continue;
+    slot.received_inputs[n] =
+        RecvValue(*core_->peers, core_->ranks.rank_of(source.stage),
+                  core_->ranks.Message(false, i, slots_.size(), j, n),
+                  OutputName(source.stage, source.index, i), &core_->messages);
+  }
 }
 
 void PipelineRun::SendOutputs(size_t i, size_t j) {
@@ -55,11 +81,17 @@ void PipelineRun::ReceiveOutputGrads(size_t i, size_t j) {
   }
 }
 
-void PipelineRun::SendInputGrad(size_t i, size_t j, size_t n, const at::Tensor& grad) {
-  const ValueSource& source = core_->stages[j].inputs[n];
-  SendValue(*core_->peers, grad, false, core_->ranks.rank_of(source.stage),
-            core_->ranks.Message(true, i, slots_.size(), j, n),
-            "the gradient of " + OutputName(source.stage, source.index, i), &core_->messages);
+// Every received input that carried gradient is answered (None when it got
+// none), so that the producer's rank knows its backward may start.
+void PipelineRun::SendInputGrads(size_t i, size_t j) {
+  Slot& slot = slots_[i][j];
+  for (const auto& [n, grad] : slot.remote_input_grads) {
+    const ValueSource& source = core_->stages[j].inputs[n];
+    SendValue(*core_->peers, grad, false, core_->ranks.rank_of(source.stage),
+              core_->ranks.Message(true, i, slots_.size(), j, static_cast<int64_t>(n)),
+              "the gradient of " + OutputName(source.stage, source.index, i), &core_->messages);
+  }
+  slot.remote_input_grads.clear();
 }
 
 void PipelineRun::ReceiveModelOutputs() {

@@ -23,7 +23,7 @@ PipelineRun::PipelineRun(std::shared_ptr<PipelineCore> core, MicroBatches micro_
   slots_.assign(m, std::vector<Slot>(num_stages));
   for (size_t i = 0; i < m; ++i) {
     for (size_t j = 0; j < num_stages; ++j) {
-      slots_[i][j].checkpointed = needs_grad_ && IsCheckpointed(core_->checkpoint, i, m);
+      slots_[i][j].checkpointed = needs_grad_ && IsCheckpointed(core_->checkpoint, i);
     }
   }
   // Forward-only runs (inference) defer nothing: their slots stay null.
@@ -45,7 +45,7 @@ c10::IValue PipelineRun::SourceValue(size_t i, const ValueSource& source) const 
 }
 
 namespace {
-bool IsForward(const Action& action) { return action.kind == ActionKind::kForward; }
+bool IsForward(const Action& action) { return IsForwardDirection(action.kind); }
 }  // namespace
 
 void PipelineRun::Forward() {
@@ -130,7 +130,9 @@ void PipelineRun::RunAction(const Action& action) {
   TaskRecord record{j, i, TaskRecord::Phase::Forward, *core_->worker_of_stage[j], 0, 0};
   const bool tracing = core_->trace.enabled();
   if (tracing) record.start_ns = TaskTrace::NowNs();
-  if (action.kind == ActionKind::kForward) {
+  if (IsCommunication(action.kind)) {
+    RunCommunication(action);
+  } else if (action.kind == ActionKind::kForward) {
     {
       MemoryTracker::ForwardScope kept(j);
       RunForwardTask(i, j);
@@ -142,12 +144,19 @@ void PipelineRun::RunAction(const Action& action) {
         throw LossFailure{std::current_exception()};
       }
     }
-    SendOutputs(i, j);
   } else {
     RunBackwardTask(i, j, action.kind);
   }
   if (tracing) {
     switch (action.kind) {
+      case ActionKind::kSendForward:
+      case ActionKind::kSendBackward:
+        record.phase = TaskRecord::Phase::Send;
+        break;
+      case ActionKind::kRecvForward:
+      case ActionKind::kRecvBackward:
+        record.phase = TaskRecord::Phase::Receive;
+        break;
       case ActionKind::kForward:
         record.phase = TaskRecord::Phase::Forward;
         break;

@@ -73,7 +73,7 @@ class PipelineRun {
   // consumers' F read its outputs after F(j, i) is marked done, and
   // consumers' B or I (and the loss) add into its output_grads before B or
   // I (j, i) may start, one at a time, since each waits for the next
-  // stage's to be done.
+  // stage's to be done. Stage j's SEND/RECV actions are its tasks too.
   struct Slot {
     std::vector<c10::IValue> inputs;   // the stage's inputs (leaves where they carry gradient)
     std::vector<c10::IValue> outputs;
@@ -83,6 +83,11 @@ class PipelineRun {
     std::vector<c10::IValue> saved;  // selective: what the forward kept for the recompute
     // I ran, W not yet: each weight and the gradient I computed for it.
     std::vector<std::pair<at::Tensor, at::Tensor>> pending_weight_grads;
+    // Several processes: RECV_F's values for the inputs another rank makes
+    // (per input, None for local ones), taken by F; and B's or I's gradients
+    // of those inputs (input, gradient, maybe undefined), sent by SEND_B.
+    std::vector<c10::IValue> received_inputs;
+    std::vector<std::pair<size_t, at::Tensor>> remote_input_grads;
   };
 
   // The executor (executor.h) runs `plan`'s actions with RunAction as the
@@ -112,13 +117,15 @@ class PipelineRun {
   void AddGrad(at::Tensor& into, const at::Tensor& grad, const c10::Device& device);
   c10::Device InputDevice(size_t k) const;  // where the caller's model input k lives
 
-  // Several processes: values, gradients and the generator's state crossing
-  // to other ranks (pipeline_exchange.cpp).
+  // Several processes: values and gradients crossing to other ranks
+  // (pipeline_exchange.cpp). The SEND/RECV actions' bodies, in the order a
+  // stage's thread runs them: RECV_F, F, SEND_F; RECV_B, B or I, SEND_B.
   bool IsRemote(const ValueSource& source) const;
-  c10::IValue ReceiveInput(size_t i, size_t j, size_t n, bool backward);
-  void SendOutputs(size_t i, size_t j);
-  void ReceiveOutputGrads(size_t i, size_t j);
-  void SendInputGrad(size_t i, size_t j, size_t n, const at::Tensor& grad);
+  void RunCommunication(const Action& action);
+  void ReceiveInputs(size_t i, size_t j);       // RECV_F
+  void SendOutputs(size_t i, size_t j);         // SEND_F
+  void ReceiveOutputGrads(size_t i, size_t j);  // RECV_B
+  void SendInputGrads(size_t i, size_t j);      // SEND_B
   void ReceiveModelOutputs();  // all micro-batches' (forward(), then the caller's loss)
   void SendModelOutputGrads(const std::vector<at::Tensor>& output_grads);
   c10::IValue ReceiveModelOutput(size_t i, size_t k);  // one (the loss inside the schedule)

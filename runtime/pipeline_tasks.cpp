@@ -42,7 +42,7 @@ void PipelineRun::RunForwardTask(size_t i, size_t j) {
   for (size_t n = 0; n < stage.inputs.size(); ++n) {
     const ValueSource& source = stage.inputs[n];
     const bool remote = IsRemote(source);
-    c10::IValue v = remote ? ReceiveInput(i, j, n, false) : SourceValue(i, source);
+    c10::IValue v = remote ? std::move(slot.received_inputs.at(n)) : SourceValue(i, source);
     bool carries = needs_grad_ && (source.origin == ValueSource::Origin::StageOutput && !remote
                                        ? slots_[i][source.stage].output_requires_grad[source.index]
                                        : CarriesGrad(v));
@@ -75,6 +75,7 @@ void PipelineRun::RunForwardTask(size_t i, size_t j) {
     slot.outputs = stage.Run(slot.inputs);
     for (const auto& out : slot.outputs) slot.output_requires_grad.push_back(CarriesGrad(out));
   }
+  slot.received_inputs.clear();
   slot.output_grads.assign(slot.outputs.size(), at::Tensor());
   if (core_->detect_anomaly) {
     for (size_t k = 0; k < slot.outputs.size(); ++k) CheckFinite(slot.outputs[k], "output", k);
@@ -177,7 +178,6 @@ void PipelineRun::RunBackwardTask(size_t i, size_t j, ActionKind kind) {
     return;
   }
   slot.output_grads.resize(slot.outputs.size());
-  ReceiveOutputGrads(i, j);
   bool any = false;
   for (const auto& g : slot.output_grads) any = any || g.defined();
   std::vector<at::Tensor> outs, grads;
@@ -226,10 +226,12 @@ void PipelineRun::RunBackwardTask(size_t i, size_t j, ActionKind kind) {
     }
   }
   HandInputGrads(i, j, input_grads);
-  // Finished, but for W's weight gradients: free its activations.
+  // Finished, but for W's weight gradients and SEND_B's: free its activations.
   auto pending = std::move(slot.pending_weight_grads);
+  auto to_send = std::move(slot.remote_input_grads);
   slot = Slot();
   slot.pending_weight_grads = std::move(pending);
+  slot.remote_input_grads = std::move(to_send);
   deferred_weight_grads_[j]->MarkDone(i);
   // After the input gradients are handed on, so the previous stage is not kept waiting.
   if (kind == ActionKind::kBackward) FinishWeightGradients(j);
@@ -242,14 +244,14 @@ void PipelineRun::FinishWeightGradients(size_t j) {
 
 void PipelineRun::HandInputGrads(size_t i, size_t j, const std::vector<at::Tensor>& grads) {
   const Stage& stage = core_->stages[j];
-  const Slot& slot = slots_[i][j];
+  Slot& slot = slots_[i][j];
   for (size_t n = 0; n < stage.inputs.size(); ++n) {
     if (!CarriesGrad(slot.inputs[n])) continue;
     const ValueSource& source = stage.inputs[n];
     const at::Tensor& grad = grads[n];
     if (grad.defined() && core_->detect_anomaly) CheckFinite(grad, "the gradient of input", n);
-    if (IsRemote(source)) {  // always answered, so that the producer's rank knows it is done
-      SendInputGrad(i, j, n, grad);
+    if (IsRemote(source)) {  // always answered (SEND_B), so the producer's rank knows it is done
+      slot.remote_input_grads.emplace_back(n, grad);
     } else if (!grad.defined()) {
       continue;
     } else if (source.origin == ValueSource::Origin::StageOutput) {

@@ -90,4 +90,30 @@ std::vector<int> ParseRanks(const std::vector<std::string>& items) {
   return ranks;
 }
 
+StageFlow StageFlowOf(const Manifest& manifest) {
+  const size_t num_stages = manifest.stages.size();
+  StageFlow flow;
+  flow.num_stages = num_stages;
+  flow.reads_from.resize(num_stages);
+  flow.read_by.resize(num_stages);
+  flow.feeds_loss.assign(num_stages, false);
+  for (size_t j = 0; j < num_stages; ++j) {
+    for (const ValueSource& source : manifest.stages[j].inputs) {
+      if (source.origin != ValueSource::Origin::StageOutput) continue;
+      const size_t p = static_cast<size_t>(source.stage);
+      auto& from = flow.reads_from[j];
+      if (std::find(from.begin(), from.end(), p) != from.end()) continue;
+      from.push_back(p);
+      flow.read_by[p].push_back(j);
+    }
+  }
+  for (const ValueSource& source : manifest.outputs) {
+    if (source.origin != ValueSource::Origin::StageOutput) continue;
+    const size_t s = static_cast<size_t>(source.stage);
+    flow.feeds_loss[s] = true;
+    flow.loss_stage = std::max(flow.loss_stage.value_or(0), s);
+  }
+  return flow;
+}
+
 }  // namespace gpipe

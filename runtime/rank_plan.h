@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "runtime/manifest.h"
+#include "runtime/schedule_ir.h"
 
 namespace gpipe {
 
@@ -62,6 +63,10 @@ class RankPlan {
   std::vector<int> rank_of_stage_;
   std::vector<std::vector<RemoteUse>> remote_uses_;
 };
+
+// Which stages read which, and where the loss runs (the last stage producing
+// a model output): what a schedule's actions wait for, and where SEND/RECV go.
+StageFlow StageFlowOf(const Manifest& manifest);
 
 // "0,0,1" -> {0, 0, 1}; any malformed entry is an error naming --ranks.
 std::vector<int> ParseRanks(const std::vector<std::string>& items);

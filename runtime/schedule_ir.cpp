@@ -26,33 +26,43 @@
 namespace gpipe {
 namespace {
 
-char KindLetter(ActionKind kind) {
+// PyTorch's spelling of each kind, between the stage and the micro-batch.
+const char* KindText(ActionKind kind) {
   switch (kind) {
     case ActionKind::kForward:
-      return 'F';
+      return "F";
     case ActionKind::kBackward:
-      return 'B';
+      return "B";
     case ActionKind::kBackwardInput:
-      return 'I';
+      return "I";
     case ActionKind::kBackwardWeight:
-      return 'W';
+      return "W";
+    case ActionKind::kSendForward:
+      return "SEND_F";
+    case ActionKind::kRecvForward:
+      return "RECV_F";
+    case ActionKind::kSendBackward:
+      return "SEND_B";
+    case ActionKind::kRecvBackward:
+      return "RECV_B";
   }
-  return '?';
+  return "?";
 }
 
-std::optional<ActionKind> KindFromLetter(char letter) {
-  switch (letter) {
-    case 'F':
-      return ActionKind::kForward;
-    case 'B':
-      return ActionKind::kBackward;
-    case 'I':
-      return ActionKind::kBackwardInput;
-    case 'W':
-      return ActionKind::kBackwardWeight;
-    default:
-      return std::nullopt;
+// The kind spelled at text[*pos], advancing *pos past it.
+std::optional<ActionKind> ReadKind(const std::string& text, size_t* pos) {
+  for (size_t k = 0; k < kNumActionKinds; ++k) {
+    const auto kind = static_cast<ActionKind>(k);
+    const std::string spelled = KindText(kind);
+    if (text.compare(*pos, spelled.size(), spelled) == 0) {
+      // "SEND_F" must not be read as a truncated kind: every spelling ends at a digit.
+      const size_t end = *pos + spelled.size();
+      if (end < text.size() && (text[end] < '0' || text[end] > '9')) continue;
+      *pos = end;
+      return kind;
+    }
   }
+  return std::nullopt;
 }
 
 // Reads the decimal number at text[*pos], advancing *pos; nullopt when there
@@ -112,16 +122,25 @@ std::string NearestMultiples(size_t value, size_t factor, const char* unit) {
 
 }  // namespace
 
+bool IsCommunication(ActionKind kind) {
+  return kind == ActionKind::kSendForward || kind == ActionKind::kRecvForward ||
+         kind == ActionKind::kSendBackward || kind == ActionKind::kRecvBackward;
+}
+
+bool IsForwardDirection(ActionKind kind) {
+  return kind == ActionKind::kForward || kind == ActionKind::kSendForward ||
+         kind == ActionKind::kRecvForward;
+}
+
 std::string ToString(const Action& action) {
-  return std::to_string(action.stage) + KindLetter(action.kind) +
-         std::to_string(action.micro_batch);
+  return std::to_string(action.stage) + KindText(action.kind) + std::to_string(action.micro_batch);
 }
 
 std::optional<Action> ParseAction(const std::string& text) {
   size_t pos = 0;
   const std::optional<size_t> stage = ReadNumber(text, &pos);
   if (!stage || pos >= text.size()) return std::nullopt;
-  const std::optional<ActionKind> kind = KindFromLetter(text[pos++]);
+  const std::optional<ActionKind> kind = ReadKind(text, &pos);
   if (!kind) return std::nullopt;
   const std::optional<size_t> micro_batch = ReadNumber(text, &pos);
   if (!micro_batch || pos != text.size()) return std::nullopt;
@@ -135,7 +154,7 @@ Schedule BuildGpipe(size_t stages, size_t micro_batches) {
     for (size_t mb = 0; mb < micro_batches; ++mb) {
       list.push_back({ActionKind::kForward, stage, mb});
     }
-    for (size_t mb = micro_batches; mb-- > 0;) {
+    for (size_t mb = 0; mb < micro_batches; ++mb) {
       list.push_back({ActionKind::kBackward, stage, mb});
     }
   }
@@ -264,8 +283,8 @@ Schedule BuildSchedule(const std::string& name, size_t stages, size_t micro_batc
   return BuildZeroBubbleH1(stages, micro_batches);
 }
 
-std::string FormatTable(const Schedule& schedule) {
-  const ScheduleStats stats = ValidateSchedule(schedule);
+std::string FormatTable(const Schedule& schedule, const StageFlow* flow) {
+  const ScheduleStats stats = flow ? ValidateSchedule(schedule, *flow) : ValidateSchedule(schedule);
   std::vector<std::vector<std::string>> cells(schedule.num_workers,
                                               std::vector<std::string>(stats.time_steps, "."));
   size_t width = std::to_string(stats.time_steps == 0 ? 0 : stats.time_steps - 1).size();
@@ -308,6 +327,23 @@ std::string FormatTable(const Schedule& schedule) {
   for (size_t peak : stats.peak_in_flight) out << ' ' << peak;
   out << '\n';
   return out.str();
+}
+
+bool ReadsFromAnotherRank(size_t s, const StageFlow& flow, const std::vector<int>& rank_of_stage) {
+  if (rank_of_stage.empty()) return false;
+  for (size_t p : flow.reads_from[s]) {
+    if (rank_of_stage[p] != rank_of_stage[s]) return true;
+  }
+  return false;
+}
+
+bool ReadByAnotherRank(size_t s, const StageFlow& flow, const std::vector<int>& rank_of_stage) {
+  if (rank_of_stage.empty()) return false;
+  for (size_t c : flow.read_by[s]) {
+    if (rank_of_stage[c] != rank_of_stage[s]) return true;
+  }
+  // The model's outputs are gathered on the last stage's rank (RankPlan).
+  return flow.feeds_loss[s] && rank_of_stage.back() != rank_of_stage[s];
 }
 
 StageFlow StageFlow::Chain(size_t stages) {

@@ -7,10 +7,10 @@
 
 namespace gpipe {
 
-ActionOrder OrderActions(const Schedule& schedule,
+ActionOrder OrderActions(const Schedule& schedule, const StageFlow& flow,
                          const std::vector<std::optional<size_t>>& thread_of_stage,
                          size_t num_threads, const std::function<bool(const Action&)>& keep) {
-  const ScheduleStats stats = ValidateSchedule(schedule);
+  const ScheduleStats stats = ValidateSchedule(schedule, flow);
   struct Timed {
     size_t step;
     size_t worker;

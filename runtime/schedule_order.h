@@ -30,9 +30,9 @@ struct ActionOrder {
 
 // `thread_of_stage[s]`: the thread running stage s, or nullopt where another
 // process runs it (its actions are left out). `keep` selects actions (e.g.
-// only forwards, for inference). Validates the schedule (ValidateSchedule's
-// errors).
-ActionOrder OrderActions(const Schedule& schedule,
+// only forwards, for inference). Validates the schedule over `flow`
+// (ValidateSchedule's errors); a SEND/RECV runs on its stage's thread.
+ActionOrder OrderActions(const Schedule& schedule, const StageFlow& flow,
                          const std::vector<std::optional<size_t>>& thread_of_stage,
                          size_t num_threads, const std::function<bool(const Action&)>& keep);
 

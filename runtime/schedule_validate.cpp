@@ -1,8 +1,8 @@
 // Schedule validation in two parts. First the lists are checked as sets:
 // every action in range and on the worker that owns its stage, none twice,
 // and each (stage, micro-batch) done exactly once (F plus B, or F plus I and
-// W). Then they are run on a unit-cost clock, PyTorch's
-// `_simulate_comms_compute` without the communication actions: at each step
+// W), with the SEND/RECV actions its ranks need. Then they are run on a
+// unit-cost clock, as PyTorch's `_simulate_comms_compute`: at each step
 // every worker starts its next action if all of that action's dependencies
 // finished in an earlier step. A step in which no worker can start while
 // some still have actions left is a deadlock, since nothing that could
@@ -39,17 +39,18 @@ std::string WorkerList(size_t worker) { return "worker " + std::to_string(worker
 
 class ScheduleChecker {
  public:
-  explicit ScheduleChecker(const Schedule& schedule)
+  ScheduleChecker(const Schedule& schedule, const StageFlow& flow)
       : schedule_(schedule),
         stages_(schedule.num_stages),
         micro_batches_(schedule.num_micro_batches),
-        position_(4 * stages_ * micro_batches_),
-        flow_(StageFlow::Chain(stages_)) {}
+        position_(kNumActionKinds * stages_ * micro_batches_),
+        flow_(flow) {}
 
   ScheduleStats Run() {
     CheckShape();
     IndexActions();
     CheckComplete();
+    CheckCommunication();
     CheckWeightsFollowInputs();
     ScheduleStats stats;
     Simulate(&stats);
@@ -80,6 +81,18 @@ class ScheduleChecker {
                                   std::to_string(schedule_.worker_of_stage.size()) +
                                   " stages on workers but has " + std::to_string(stages_) +
                                   "; give worker_of_stage one entry per stage");
+    }
+    if (flow_.num_stages != stages_ || flow_.reads_from.size() != stages_ ||
+        flow_.read_by.size() != stages_ || flow_.feeds_loss.size() != stages_) {
+      throw std::invalid_argument(
+          prefix + "has " + std::to_string(stages_) + " stages but the data flow given has " +
+          std::to_string(flow_.num_stages) + "; give a flow of as many stages");
+    }
+    if (!schedule_.rank_of_stage.empty() && schedule_.rank_of_stage.size() != stages_) {
+      throw std::invalid_argument(prefix + "places " +
+                                  std::to_string(schedule_.rank_of_stage.size()) +
+                                  " stages on ranks but has " + std::to_string(stages_) +
+                                  "; give rank_of_stage one entry per stage");
     }
     for (size_t stage = 0; stage < stages_; ++stage) {
       const size_t worker = schedule_.worker_of_stage[stage];
@@ -117,6 +130,12 @@ class ScheduleChecker {
                                       " but stage " + std::to_string(action.stage) +
                                       " belongs to worker " + std::to_string(owner) +
                                       "; move it to " + WorkerList(owner));
+        }
+        if (IsCommunication(action.kind) && schedule_.rank_of_stage.empty()) {
+          throw std::invalid_argument(
+              text + " on worker " + std::to_string(worker) +
+              " moves values between ranks, but the schedule runs every stage in one process; "
+              "remove it (the runtime adds SEND/RECV itself for --ranks)");
         }
         std::optional<Position>& position =
             position_[Slot(action.kind, action.stage, action.micro_batch)];
@@ -165,6 +184,53 @@ class ScheduleChecker {
     }
   }
 
+  // Exactly the SEND/RECV actions AddCommunication would insert: a value
+  // sent that nobody receives, or a receive nobody answers, would hang a run.
+  void CheckCommunication() const {
+    if (schedule_.rank_of_stage.empty()) return;
+    const auto& ranks = schedule_.rank_of_stage;
+    for (size_t stage = 0; stage < stages_; ++stage) {
+      const bool reads_remote = ReadsFromAnotherRank(stage, flow_, ranks);
+      const bool read_remote = ReadByAnotherRank(stage, flow_, ranks);
+      const std::string owner_list = WorkerList(schedule_.worker_of_stage[stage]);
+      for (size_t mb = 0; mb < micro_batches_; ++mb) {
+        const ActionKind backward = Has(ActionKind::kBackwardInput, stage, mb)
+                                        ? ActionKind::kBackwardInput
+                                        : ActionKind::kBackward;
+        struct Expected {
+          ActionKind kind;
+          bool needed;
+          ActionKind next_to;
+          const char* where;
+          const char* why;
+        };
+        const Expected expected[] = {
+            {ActionKind::kRecvForward, reads_remote, ActionKind::kForward, " before ",
+             " reads an output of a stage on another rank"},
+            {ActionKind::kSendForward, read_remote, ActionKind::kForward, " after ",
+             "'s outputs are read on another rank"},
+            {ActionKind::kRecvBackward, read_remote, backward, " before ",
+             "'s outputs are read on another rank"},
+            {ActionKind::kSendBackward, reads_remote, backward, " after ",
+             " reads an output of a stage on another rank"},
+        };
+        for (const Expected& e : expected) {
+          const std::string name = Named(e.kind, stage, mb);
+          const std::string who = "stage " + std::to_string(stage);
+          if (e.needed && !Has(e.kind, stage, mb)) {
+            throw std::invalid_argument("schedule is missing " + name + " (" + who + e.why +
+                                        "); add it" + e.where + Named(e.next_to, stage, mb) +
+                                        " to " + owner_list);
+          }
+          if (!e.needed && Has(e.kind, stage, mb)) {
+            throw std::invalid_argument("schedule has " + name + " but " + who + "'s values for " +
+                                        "that direction stay on its rank; remove it");
+          }
+        }
+      }
+    }
+  }
+
   // The simulation would report this as a deadlock; a direct message is
   // clearer.
   void CheckWeightsFollowInputs() const {
@@ -185,12 +251,13 @@ class ScheduleChecker {
 
   // What `action` waits for: the rule the executor runs too, over a chain.
   std::vector<Action> DependenciesOf(const Action& action) const {
-    return ActionDependencies(action, flow_, [this](size_t stage, size_t mb) {
-      // The stage hands back its input gradient from B or from I, whichever
-      // it runs (CheckComplete made that exactly one).
-      return Has(ActionKind::kBackwardInput, stage, mb) ? ActionKind::kBackwardInput
-                                                        : ActionKind::kBackward;
-    });
+    return ActionDependencies(
+        action, flow_, schedule_.rank_of_stage, [this](size_t stage, size_t mb) {
+          // The stage hands back its input gradient from B or from I, whichever
+          // it runs (CheckComplete made that exactly one).
+          return Has(ActionKind::kBackwardInput, stage, mb) ? ActionKind::kBackwardInput
+                                                            : ActionKind::kBackward;
+        });
   }
 
   void Simulate(ScheduleStats* stats) const {
@@ -203,7 +270,10 @@ class ScheduleChecker {
       stats->start_step[worker].resize(schedule_.actions[worker].size());
       remaining += schedule_.actions[worker].size();
     }
-    const size_t total_actions = remaining;
+    size_t computing = 0;  // actions that compute (every one but SEND/RECV)
+    for (const std::vector<Action>& list : schedule_.actions) {
+      for (const Action& action : list) computing += !IsCommunication(action.kind);
+    }
 
     // The first unfinished dependency of `action` as of `step`, if any.
     auto blocker = [&](const Action& action, size_t step) -> std::optional<Action> {
@@ -238,7 +308,7 @@ class ScheduleChecker {
     stats->time_steps = step;
     const size_t slots = workers * step;
     stats->bubble_fraction =
-        slots == 0 ? 0.0 : static_cast<double>(slots - total_actions) / static_cast<double>(slots);
+        slots == 0 ? 0.0 : static_cast<double>(slots - computing) / static_cast<double>(slots);
   }
 
   template <typename Blocker>
@@ -267,7 +337,8 @@ class ScheduleChecker {
       for (const Action& action : list) {
         if (action.kind == ActionKind::kForward) {
           peak = std::max(peak, ++in_flight);
-        } else if (action.kind != ActionKind::kBackwardInput) {
+        } else if (action.kind == ActionKind::kBackward ||
+                   action.kind == ActionKind::kBackwardWeight) {
           --in_flight;
         }
       }
@@ -279,12 +350,18 @@ class ScheduleChecker {
   const size_t stages_;
   const size_t micro_batches_;
   std::vector<std::optional<Position>> position_;  // by Slot
-  StageFlow flow_;
+  const StageFlow& flow_;
 };
 
 }  // namespace
 
-ScheduleStats ValidateSchedule(const Schedule& schedule) { return ScheduleChecker(schedule).Run(); }
+ScheduleStats ValidateSchedule(const Schedule& schedule) {
+  return ValidateSchedule(schedule, StageFlow::Chain(schedule.num_stages));
+}
+
+ScheduleStats ValidateSchedule(const Schedule& schedule, const StageFlow& flow) {
+  return ScheduleChecker(schedule, flow).Run();
+}
 
 void CheckScheduleFits(const std::string& name, size_t stages, size_t micro_batches,
                        size_t virtual_stages) {

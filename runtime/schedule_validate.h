@@ -11,7 +11,8 @@ namespace gpipe {
 
 struct ScheduleStats {
   size_t time_steps = 0;  // until the last action finishes
-  // Idle worker-steps / (workers * time_steps).
+  // Worker-steps without computation / (workers * time_steps): a SEND/RECV
+  // takes a step of the simulated clock but counts as idle.
   double bubble_fraction = 0.0;
   // Per worker: the most (stage, micro-batch) pairs whose forward ran on it
   // and whose backward (B, or W when split) had not finished. Counting pairs
@@ -36,7 +37,14 @@ struct ScheduleStats {
 // micro-batch) lacks F, or lacks both B and the pair I + W, or has B and
 // I/W; a W precedes its I; or the lists deadlock ("schedule deadlocks:
 // worker 0 waits at 0B0 for 1B0, worker 1 waits at 1F1 for 0F1").
+//
+// A schedule placed on several ranks (rank_of_stage set) must carry the
+// SEND/RECV actions AddCommunication inserts, exactly those (a missing or
+// extra one is named); a receive waits for its sends, and sends never wait
+// (c10d's are asynchronous). Without ranks, a SEND/RECV is an error.
+// `flow`: what each stage reads (skip routes); a chain when not given.
 ScheduleStats ValidateSchedule(const Schedule& schedule);
+ScheduleStats ValidateSchedule(const Schedule& schedule, const StageFlow& flow);
 
 // Builds the named schedule for these stages and micro-batches and validates
 // it, reporting a schedule that cannot run them (BuildSchedule's and

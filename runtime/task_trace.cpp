@@ -34,6 +34,10 @@ const char* ToString(TaskRecord::Phase phase) {
       return "backward-input";
     case TaskRecord::Phase::BackwardWeight:
       return "backward-weight";
+    case TaskRecord::Phase::Send:
+      return "send";
+    case TaskRecord::Phase::Receive:
+      return "receive";
   }
   return "?";
 }
@@ -48,8 +52,13 @@ std::string ChromeTraceJson(const std::vector<TaskRecord>& records,
                       {"args", {{"name", worker_names[w]}}}});
   }
   for (const auto& r : records) {
-    std::string name = std::string(1, static_cast<char>(std::toupper(ToString(r.phase)[0]))) +
-                       std::to_string(r.stage) + "." + std::to_string(r.micro_batch);
+    // "F2.5": the phase's initial, stage, micro-batch; "SEND1.0"/"RECV2.0" for communication.
+    const std::string phase =
+        r.phase == TaskRecord::Phase::Send ? "SEND"
+        : r.phase == TaskRecord::Phase::Receive
+            ? "RECV"
+            : std::string(1, static_cast<char>(std::toupper(ToString(r.phase)[0])));
+    std::string name = phase + std::to_string(r.stage) + "." + std::to_string(r.micro_batch);
     events.push_back({{"name", name},
                       {"cat", ToString(r.phase)},
                       {"ph", "X"},

@@ -13,7 +13,8 @@ namespace gpipe {
 // writes it as a Chrome/Perfetto timeline. Off, it costs one atomic load per
 // task.
 struct TaskRecord {
-  enum class Phase { Forward, Backward, Recompute, BackwardInput, BackwardWeight };
+  // Send and Receive: a SEND/RECV action (several processes), the wait included.
+  enum class Phase { Forward, Backward, Recompute, BackwardInput, BackwardWeight, Send, Receive };
   size_t stage = 0;
   size_t micro_batch = 0;
   Phase phase = Phase::Forward;

@@ -260,6 +260,20 @@ TEST(Cli, InspectPrintsAScheduleTableAndRefusesOneThatDoesNotFit) {
   auto unknown = RunCli("gpipe-inspect", dir.path("m.gpipe") + " --schedule 2f2b");
   EXPECT_EQ(unknown.exit_code, 1);
   EXPECT_OUTPUT_HAS(unknown, "unknown schedule '2f2b'");
+  // On two ranks: stage 1 sends to stage 2 and gets its gradient back.
+  auto ranked = RunCli("gpipe-inspect",
+                       dir.path("m.gpipe") + " --schedule gpipe --micro-batches 2 --ranks 0,0,1,1");
+  ASSERT_EQ(ranked.exit_code, 0) << ranked.output;
+  EXPECT_OUTPUT_HAS(ranked, "worker 1 .        1F0      1SEND_F0 1F1      1SEND_F1");
+  EXPECT_OUTPUT_HAS(ranked, "worker 2 .        .        .        2RECV_F0 2F0      2RECV_F1");
+  EXPECT_OUTPUT_HAS(ranked, "peak in-flight per worker: 2 2 2 2");
+  auto wrong_count = RunCli("gpipe-inspect", dir.path("m.gpipe") + " --schedule 1f1b --ranks 0,1");
+  EXPECT_EQ(wrong_count.exit_code, 1);
+  EXPECT_OUTPUT_HAS(wrong_count,
+                    "--ranks lists 2 ranks but the artifact has 4 stages; give one rank per stage");
+  auto alone = RunCli("gpipe-inspect", dir.path("m.gpipe") + " --ranks 0,0,1,1");
+  EXPECT_EQ(alone.exit_code, 2);
+  EXPECT_OUTPUT_HAS(alone, "--ranks needs --schedule");
 }
 
 TEST(Cli, SplitBeforeAnUnknownNameListsTheValidOnes) {

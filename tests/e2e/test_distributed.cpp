@@ -5,6 +5,8 @@
 
 #include <boost/filesystem.hpp>
 #include <chrono>
+#include <fstream>
+#include <sstream>
 
 #include <map>
 #include <mutex>
@@ -37,6 +39,13 @@ std::string Compile(const TempDir& dir, const std::string& name, const std::stri
   return dir.path("a.gpipe");
 }
 
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
 void ExpectSameParameters(const std::string& expected_path, const std::string& actual_path) {
   auto expected = Pipeline::load(expected_path).named_parameters();
   auto actual = Pipeline::load(actual_path).named_parameters();
@@ -63,10 +72,19 @@ TEST(Distributed, TwoAndThreeProcessesTrainExactlyLikeOneProcess) {
   EXPECT_OUTPUT_HAS(three, "[rank 0] saved " + dir.path("three.gpipe"));
   ExpectSameParameters(dir.path("single.gpipe"), dir.path("three.gpipe"));
 
-  auto two = RunCli("gpipe-launch", "--nproc 2 " + art + kTrain + " --ranks 0,1,1 --save " + dir.path("two.gpipe"));
+  auto two = RunCli("gpipe-launch", "--nproc 2 " + art + kTrain + " --ranks 0,1,1 --save " +
+                                        dir.path("two.gpipe") + " --trace " + dir.path("t.json"));
   ASSERT_EQ(two.exit_code, 0) << two.output;
   EXPECT_OUTPUT_HAS(two, "[rank 1] rank 1 of 2 runs 2 of 3 stages and computes the loss\n");
   ExpectSameParameters(dir.path("single.gpipe"), dir.path("two.gpipe"));
+  // The values crossing ranks are the schedule's SEND/RECV actions, each rank's in its timeline.
+  const std::string rank0 = ReadFile(dir.path("t.rank0.json"));
+  const std::string rank1 = ReadFile(dir.path("t.rank1.json"));
+  EXPECT_NE(rank0.find("\"name\":\"SEND0.3\""), std::string::npos) << rank0.substr(0, 400);
+  EXPECT_NE(rank0.find("\"name\":\"RECV0.3\""), std::string::npos);
+  EXPECT_NE(rank1.find("\"name\":\"RECV1.3\""), std::string::npos) << rank1.substr(0, 400);
+  EXPECT_NE(rank1.find("\"name\":\"SEND1.3\""), std::string::npos);
+  EXPECT_EQ(rank1.find("SEND2."), std::string::npos) << "stage 2's values stay on rank 1";
 
   // Ranks chosen at compile time are the default at run time.
   auto compiled = RunCli("gpipe-compile", TestModel("mlp9.pt") + " -o " + dir.path("r.gpipe") +

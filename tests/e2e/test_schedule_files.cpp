@@ -77,6 +77,12 @@ TEST(ScheduleFiles, APlanThatCannotRunIsRefusedAtLoadWithOneLine) {
             plan +
                 ": schedule deadlocks: worker 0 waits at 0B0 for 1B0, worker 1 waits at 1F1 "
                 "for 0F1");
+  // Communication is the runtime's to add, for its ranks.
+  EXPECT_EQ(load_error("0F0,0SEND_F0,0F1,0B0,0B1\n1RECV_F0,1F0,1F1,1B0,1B1\n"),
+            plan +
+                ": action 0SEND_F0 on worker 0 moves values between ranks, but the schedule runs "
+                "every stage in one process; remove it (the runtime adds SEND/RECV itself for "
+                "--ranks)");
   EXPECT_EQ(
       load_error("0F0,0F1,0B1,0B0\n1F0,1F1,1X1,1B0\n"),
       "'1X1' at " + plan + ":2:3 is not an action; write STAGE F|B|I|W MICRO_BATCH, e.g. 1F0");

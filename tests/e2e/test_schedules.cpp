@@ -82,9 +82,10 @@ TEST(Schedules, EveryScheduleTrainsTiedWeightsAsOne) {
 // gradients (train mode, so each micro-batch normalises with its own
 // statistics). Deferred, the running statistics are folded in once from all
 // micro-batches; not deferred, each forward updates them in micro-batch
-// order and a recompute leaves them alone. except_last keeps the last
-// micro-batch's graph, which saved the running statistics, across the other
-// micro-batches' recomputes: they must not write the buffers it saved.
+// order and a recompute leaves them alone. except_last keeps micro-batch
+// 0's graph, which saved the running statistics, across the other
+// micro-batches' recomputes when its W waits (zb-h1): they must not write
+// the buffers it saved.
 TEST(Schedules, BatchNormEndsWithGpipesStatisticsInEveryScheduleAndCheckpointMode) {
   at::manual_seed(4);
   at::Tensor x = at::randn({8, 3, 6, 6}) * 3 + 1;

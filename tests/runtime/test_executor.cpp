@@ -27,10 +27,11 @@ struct FakePipeline {
     }
   }
   ExecutionPlan Plan(const Schedule& schedule) const {
-    ActionOrder order =
-        OrderActions(schedule, thread_of_stage, workers.size(), [](const Action&) { return true; });
+    ActionOrder order = OrderActions(schedule, flow, thread_of_stage, workers.size(),
+                                     [](const Action&) { return true; });
     return PlanExecution(order, [&](const Action& a) {
-      return ActionDependencies(a, flow, [](size_t, size_t) { return ActionKind::kBackwardInput; });
+      return ActionDependencies(a, flow, {},
+                                [](size_t, size_t) { return ActionKind::kBackwardInput; });
     });
   }
   StageFlow flow;
@@ -73,8 +74,9 @@ TEST(Executor, EveryActionRunsOnceAfterWhatItWaitsFor) {
         return std::nullopt;
       };
       for (size_t k = 0; k < ran.size(); ++k) {
-        for (const Action& need : ActionDependencies(
-                 ran[k], pipe.flow, [](size_t, size_t) { return ActionKind::kBackwardInput; })) {
+        for (const Action& need : ActionDependencies(ran[k], pipe.flow, {}, [](size_t, size_t) {
+               return ActionKind::kBackwardInput;
+             })) {
           std::optional<size_t> at = index(need);
           ASSERT_TRUE(at.has_value()) << name << ": " << ToString(need) << " never ran";
           EXPECT_LT(*at, k) << name << ": " << ToString(ran[k]) << " ran before " << ToString(need);

@@ -79,15 +79,16 @@ TEST(ScheduleIr, ActionsPrintAndParseInPyTorchsSpelling) {
     EXPECT_EQ(ToString(ParseAction(text).value()), text);
   }
   EXPECT_EQ(ParseAction("12F34"), (Action{ActionKind::kForward, 12, 34}));
-  for (const char* bad : {"", "F0", "1F", "1X0", "1F0x", " 1F0", "-1F0", "1f0", "1SEND_F0",
-                          "99999999999999999999999F0"}) {
+  for (const char* bad :
+       {"", "F0", "1F", "1X0", "1F0x", " 1F0", "-1F0", "1f0", "1SEND_X0", "1SEND_F", "1SENDF0",
+        "1send_f0", "1RECV_0", "99999999999999999999999F0"}) {
     EXPECT_FALSE(ParseAction(bad).has_value()) << bad;
   }
 }
 
-TEST(ScheduleIr, GpipeRunsEveryForwardThenBackwardsLastMicroBatchFirst) {
+TEST(ScheduleIr, GpipeRunsEveryForwardThenEveryBackwardInMicroBatchOrder) {
   Schedule schedule = BuildGpipe(2, 3);
-  EXPECT_EQ(RowsOf(schedule), (Rows{"0F0 0F1 0F2 0B2 0B1 0B0", "1F0 1F1 1F2 1B2 1B1 1B0"}));
+  EXPECT_EQ(RowsOf(schedule), (Rows{"0F0 0F1 0F2 0B0 0B1 0B2", "1F0 1F1 1F2 1B0 1B1 1B2"}));
   EXPECT_EQ(schedule.worker_of_stage, (std::vector<size_t>{0, 1}));
   EXPECT_EQ(schedule.num_workers, 2u);
 }
@@ -255,7 +256,7 @@ TEST(ScheduleValidate, RejectsBadlySplitBackwards) {
 }
 
 TEST(ScheduleCsv, WritesOneRowPerWorker) {
-  EXPECT_EQ(WriteScheduleCsv(BuildGpipe(2, 2)), "0F0,0F1,0B1,0B0\n1F0,1F1,1B1,1B0\n");
+  EXPECT_EQ(WriteScheduleCsv(BuildGpipe(2, 2)), "0F0,0F1,0B0,0B1\n1F0,1F1,1B0,1B1\n");
 }
 
 TEST(ScheduleCsv, RoundTripsEveryBuilder) {
