@@ -92,6 +92,10 @@ void PipelineRun::SendInputGrads(size_t i, size_t j) {
               "the gradient of " + OutputName(source.stage, source.index, i), &core_->messages);
   }
   slot.remote_input_grads.clear();
+  if (slot.weight_gradients_after_send) {
+    slot.weight_gradients_after_send = false;
+    FinishWeightGradients(j);
+  }
 }
 
 void PipelineRun::ReceiveModelOutputs() {

@@ -88,6 +88,9 @@ class PipelineRun {
     // of those inputs (input, gradient, maybe undefined), sent by SEND_B.
     std::vector<c10::IValue> received_inputs;
     std::vector<std::pair<size_t, at::Tensor>> remote_input_grads;
+    // B left its weight-gradient work to SEND_B, to run once its input
+    // gradients are on their way (the previous stage waits for those).
+    bool weight_gradients_after_send = false;
   };
 
   // The executor (executor.h) runs `plan`'s actions with RunAction as the

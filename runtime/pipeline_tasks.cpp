@@ -233,8 +233,15 @@ void PipelineRun::RunBackwardTask(size_t i, size_t j, ActionKind kind) {
   slot.pending_weight_grads = std::move(pending);
   slot.remote_input_grads = std::move(to_send);
   deferred_weight_grads_[j]->MarkDone(i);
-  // After the input gradients are handed on, so the previous stage is not kept waiting.
-  if (kind == ActionKind::kBackward) FinishWeightGradients(j);
+  // After the input gradients are handed on, so the previous stage is not
+  // kept waiting: here, or, when they go to another rank, after SEND_B.
+  if (kind == ActionKind::kBackward) {
+    if (slot.remote_input_grads.empty()) {
+      FinishWeightGradients(j);
+    } else {
+      slot.weight_gradients_after_send = true;
+    }
+  }
 }
 
 void PipelineRun::FinishWeightGradients(size_t j) {
