@@ -10,27 +10,14 @@
 #include "runtime/schedule_csv.h"
 #include "runtime/schedule_ir.h"
 #include "runtime/schedule_validate.h"
+#include "tests/runtime/schedule_rows.h"
 
 namespace gpipe {
 
-// Readable GoogleTest failures ("1F0" instead of bytes); static so that no
-// other test file's printer can clash with it.
-static void PrintTo(const Action& action, std::ostream* out) { *out << ToString(action); }
-
 namespace {
 
-using Rows = std::vector<std::string>;
-
-// Each worker's actions as one space-separated line, e.g. "0F0 0F1 0B1 0B0".
-Rows RowsOf(const Schedule& schedule) {
-  Rows rows;
-  for (const std::vector<Action>& list : schedule.actions) {
-    std::string row;
-    for (const Action& action : list) row += (row.empty() ? "" : " ") + ToString(action);
-    rows.push_back(row);
-  }
-  return rows;
-}
+using testing::Rows;
+using testing::RowsOf;
 
 // The inverse of RowsOf, for hand-written (possibly broken) schedules.
 Schedule FromRows(size_t stages, size_t micro_batches, const Rows& rows,
@@ -50,15 +37,9 @@ Schedule FromRows(size_t stages, size_t micro_batches, const Rows& rows,
   return schedule;
 }
 
-// What `fn` throws as std::invalid_argument, or "" if it returns.
 template <typename Fn>
 std::string ErrorOf(Fn fn) {
-  try {
-    fn();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "";
+  return testing::InvalidArgumentOf(fn);
 }
 
 std::string ValidationError(const Schedule& schedule) {

@@ -14,33 +14,18 @@
 #include "runtime/schedule_ir.h"
 #include "runtime/schedule_lowering.h"
 #include "runtime/schedule_validate.h"
+#include "tests/runtime/schedule_rows.h"
 
 namespace gpipe {
 
-static void PrintTo(const Action& action, std::ostream* out) { *out << ToString(action); }
-
 namespace {
 
-using Rows = std::vector<std::string>;
-
-Rows RowsOf(const Schedule& schedule) {
-  Rows rows;
-  for (const std::vector<Action>& list : schedule.actions) {
-    std::string row;
-    for (const Action& action : list) row += (row.empty() ? "" : " ") + ToString(action);
-    rows.push_back(row);
-  }
-  return rows;
-}
+using testing::Rows;
+using testing::RowsOf;
 
 template <typename Fn>
 std::string ErrorOf(Fn fn) {
-  try {
-    fn();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "";
+  return testing::InvalidArgumentOf(fn);
 }
 
 // Stage 2 reads stage 1 and, over a skip route, stage 0; the model's output is stage 2's.
