@@ -3,6 +3,8 @@
 #include <optional>
 #include <sstream>
 
+#include <torch/csrc/jit/api/function_impl.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/cuda.h>
 
 #include "runtime/artifact.h"
@@ -94,6 +96,33 @@ c10::Device ParseDevice(const std::string& text) {
   return *device;
 }
 
+namespace {
+
+// Makes each method's graph executor now, as the executor that plans once
+// per argument signature (ArgumentSpec: dtypes, devices, ranks,
+// requires_grad, grad mode), rather than LibTorch's default profiling
+// executor, whose plan for a graph changes after its first runs. With that
+// one, a process's numerics depended on how often each graph had already
+// run: a resumed run (a fresh process) computed the uninterrupted run's
+// step in the last bits differently, so --resume was bitwise only as long
+// as both happened to warm up alike. The mode is a process-wide flag read
+// when an executor is made, so it is set only around making these.
+void MakeSignatureKeyedExecutors(torch::jit::Module& module) {
+  const bool previous = torch::jit::getExecutorMode();
+  torch::jit::getExecutorMode() = false;
+  try {
+    for (const torch::jit::Method& method : module.get_methods()) {
+      torch::jit::toGraphFunction(method.function()).get_executor();
+    }
+  } catch (...) {
+    torch::jit::getExecutorMode() = previous;
+    throw;
+  }
+  torch::jit::getExecutorMode() = previous;
+}
+
+}  // namespace
+
 torch::jit::Module LoadStageModule(const ArtifactReader& reader, const std::string& path,
                                    size_t index, const c10::Device& device) {
   const StageEntry& entry = reader.manifest().stages[index];
@@ -109,6 +138,7 @@ torch::jit::Module LoadStageModule(const ArtifactReader& reader, const std::stri
     TORCH_CHECK(module.hasattr(p.name), "artifact '", path, "': stage ", index, " lacks '", p.name,
                 "' (", p.original, ") that the manifest lists; compile the model again");
   }
+  MakeSignatureKeyedExecutors(module);
   return module;
 }
 

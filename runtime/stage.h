@@ -65,7 +65,9 @@ c10::Device ParseDevice(const std::string& text);
 
 // Stage `index`'s module from its record of the artifact at `path`, on
 // `device`: one line naming the stage if the record is no TorchScript module
-// or lacks a tensor the manifest lists.
+// or lacks a tensor the manifest lists. Its methods run on graph executors
+// that plan per argument signature, so that a graph computes alike however
+// often it has run (a resumed process trains bitwise as the uninterrupted one).
 torch::jit::Module LoadStageModule(const ArtifactReader& reader, const std::string& path,
                                    size_t index, const c10::Device& device);
 
