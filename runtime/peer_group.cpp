@@ -233,6 +233,36 @@ void PeerGroup::Recv(at::Tensor& tensor, int peer, int tag, const std::string& w
   if (!direct) tensor.copy_(tensors[0]);
 }
 
+struct PeerGroup::PostedRecv {
+  c10::intrusive_ptr<c10d::Work> work;
+  int peer;
+  std::string what;
+};
+
+std::shared_ptr<PeerGroup::PostedRecv> PeerGroup::PostRecv(const at::Tensor& host_tensor, int peer,
+                                                           int tag, const std::string& what) {
+  TORCH_INTERNAL_ASSERT(host_tensor.is_cpu() && host_tensor.is_contiguous(),
+                        "a receive posted ahead fills a contiguous host tensor");
+  auto posted = std::make_shared<PostedRecv>();
+  posted->peer = peer;
+  posted->what = what;
+  std::vector<at::Tensor> tensors{host_tensor};
+  try {
+    posted->work = impl_->gloo->recv(tensors, peer, tag);
+  } catch (const std::exception& e) {
+    Fail(e, peer, what);
+  }
+  return posted;
+}
+
+void PeerGroup::WaitRecv(PostedRecv& posted) {
+  try {
+    posted.work->wait(options_.timeout);
+  } catch (const std::exception& e) {
+    Fail(e, posted.peer, posted.what);
+  }
+}
+
 void PeerGroup::AllReduceSum(at::Tensor& tensor, const std::string& what) {
   std::vector<at::Tensor> tensors{tensor};
   try {

@@ -79,6 +79,17 @@ class PeerGroup {
   void Recv(at::Tensor& tensor, int peer, int tag, const std::string& what);
   void WaitSends();
 
+  // A receive started ahead of the task that needs it, so that its bytes
+  // arrive (Gloo's handshake included) while this rank computes; WaitRecv
+  // finishes it, with Recv's timeout and errors. Host tensors over Gloo only:
+  // NCCL pairs messages by their order, which posting ahead would change.
+  // Every posted receive must be waited for: one left behind would take the
+  // next message sent with its tag.
+  struct PostedRecv;
+  std::shared_ptr<PostedRecv> PostRecv(const at::Tensor& host_tensor, int peer, int tag,
+                                       const std::string& what);
+  void WaitRecv(PostedRecv& posted);
+
   // Element-wise sum over every rank, in place; a collective call.
   void AllReduceSum(at::Tensor& tensor, const std::string& what);
   void Barrier(const std::string& what);

@@ -40,45 +40,127 @@ void PipelineRun::RunCommunication(const Action& action) {
   }
 }
 
+// Posting a receive before the action that takes it lets its bytes (and
+// Gloo's handshake, which waits for the receiver) arrive while this rank
+// computes, instead of when RECV runs. The queues hold this plan's RECV
+// actions per stage in the order the stage runs them.
+void PipelineRun::PlanReceivesAhead(const ExecutionPlan& plan) {
+  const size_t num_stages = core_->stages.size();
+  input_receives_.assign(num_stages, ReceiveQueue());
+  grad_receives_.assign(num_stages, ReceiveQueue());
+  if (!core_->ranks.distributed()) return;
+  for (const Action& action : plan.actions) {
+    if (action.kind == ActionKind::kRecvForward) {
+      input_receives_[action.stage].micro_batches.push_back(action.micro_batch);
+    } else if (action.kind == ActionKind::kRecvBackward) {
+      grad_receives_[action.stage].micro_batches.push_back(action.micro_batch);
+    }
+  }
+  for (size_t j = 0; j < num_stages; ++j) {
+    PostNextReceive(j, ActionKind::kRecvForward);
+    PostNextReceive(j, ActionKind::kRecvBackward);
+  }
+}
+
+// Posts the stage's next RECV of `kind` unless one is posted already (or,
+// for gradients, its micro-batch's SEND_F has not run). Only messages whose
+// size both ranks remember are posted (PostValue): from the second step on.
+void PipelineRun::PostNextReceive(size_t j, ActionKind kind) {
+  const bool forward = kind == ActionKind::kRecvForward;
+  ReceiveQueue& queue = forward ? input_receives_[j] : grad_receives_[j];
+  if (queue.posted > queue.next || queue.next == queue.micro_batches.size()) return;
+  const size_t i = queue.micro_batches[queue.next];
+  Slot& slot = slots_[i][j];
+  if (!forward && !slot.outputs_sent) return;
+  queue.posted = queue.next + 1;
+  if (forward) {
+    const std::vector<ValueSource>& inputs = core_->stages[j].inputs;
+    slot.posted_inputs.assign(inputs.size(), std::nullopt);
+    for (size_t n = 0; n < inputs.size(); ++n) {
+      if (!IsRemote(inputs[n])) continue;
+      slot.posted_inputs[n] =
+          PostValue(*core_->peers, core_->ranks.rank_of(inputs[n].stage),
+                    core_->ranks.Message(false, i, slots_.size(), j, n),
+                    OutputName(inputs[n].stage, inputs[n].index, i), core_->messages);
+    }
+    return;
+  }
+  const std::vector<RemoteUse>& uses = core_->ranks.remote_uses(j);
+  slot.posted_output_grads.assign(uses.size(), std::nullopt);
+  for (size_t u = 0; u < uses.size(); ++u) {
+    if (!slot.output_requires_grad[uses[u].output]) continue;
+    slot.posted_output_grads[u] =
+        PostValue(*core_->peers, uses[u].rank,
+                  core_->ranks.Message(true, i, slots_.size(), uses[u].consumer, uses[u].input),
+                  "the gradient of " + OutputName(j, uses[u].output, i), core_->messages);
+  }
+}
+
+namespace {
+// The value of a receive posted ahead, or received now when none was.
+c10::IValue Take(std::vector<std::optional<PostedValue>>& posted, size_t k, PeerGroup& peers,
+                 int peer, int message, const std::string& what, MessageMemory& memory) {
+  if (k < posted.size() && posted[k]) {
+    PostedValue value = *std::move(posted[k]);
+    posted[k].reset();
+    return TakePostedValue(peers, std::move(value), memory);
+  }
+  return RecvValue(peers, peer, message, what, &memory);
+}
+}  // namespace
+
 // Stage j's inputs for micro-batch i that another rank makes, from the rank
 // running each producer, kept for F.
 void PipelineRun::ReceiveInputs(size_t i, size_t j) {
   const std::vector<ValueSource>& inputs = core_->stages[j].inputs;
   Slot& slot = slots_[i][j];
+  ReceiveQueue& queue = input_receives_[j];
+  TORCH_INTERNAL_ASSERT(queue.next < queue.micro_batches.size() &&
+                        queue.micro_batches[queue.next] == i);
+  ++queue.next;
   slot.received_inputs.assign(inputs.size(), c10::IValue());
   for (size_t n = 0; n < inputs.size(); ++n) {
     const ValueSource& source = inputs[n];
     if (!IsRemote(source)) continue;
     slot.received_inputs[n] =
-        RecvValue(*core_->peers, core_->ranks.rank_of(source.stage),
-                  core_->ranks.Message(false, i, slots_.size(), j, n),
-                  OutputName(source.stage, source.index, i), &core_->messages);
+        Take(slot.posted_inputs, n, *core_->peers, core_->ranks.rank_of(source.stage),
+             core_->ranks.Message(false, i, slots_.size(), j, n),
+             OutputName(source.stage, source.index, i), core_->messages);
   }
+  PostNextReceive(j, ActionKind::kRecvForward);
 }
 
 void PipelineRun::SendOutputs(size_t i, size_t j) {
-  const Slot& slot = slots_[i][j];
+  Slot& slot = slots_[i][j];
   for (const RemoteUse& use : core_->ranks.remote_uses(j)) {
     SendValue(*core_->peers, slot.outputs[use.output], slot.output_requires_grad[use.output],
               use.rank, core_->ranks.Message(false, i, slots_.size(), use.consumer, use.input),
               OutputName(j, use.output, i), &core_->messages);
   }
+  slot.outputs_sent = true;
+  PostNextReceive(j, ActionKind::kRecvBackward);
 }
 
 // A remote consumer that received an output carrying gradient always answers
 // with its gradient (None when it has none), so both sides agree on messages.
 void PipelineRun::ReceiveOutputGrads(size_t i, size_t j) {
   Slot& slot = slots_[i][j];
-  for (const RemoteUse& use : core_->ranks.remote_uses(j)) {
+  ReceiveQueue& queue = grad_receives_[j];
+  TORCH_INTERNAL_ASSERT(queue.next < queue.micro_batches.size() &&
+                        queue.micro_batches[queue.next] == i);
+  ++queue.next;
+  const std::vector<RemoteUse>& uses = core_->ranks.remote_uses(j);
+  for (size_t u = 0; u < uses.size(); ++u) {
+    const RemoteUse& use = uses[u];
     if (!slot.output_requires_grad[use.output]) continue;
-    c10::IValue grad =
-        RecvValue(*core_->peers, use.rank,
-                  core_->ranks.Message(true, i, slots_.size(), use.consumer, use.input),
-                  "the gradient of " + OutputName(j, use.output, i), &core_->messages);
+    c10::IValue grad = Take(slot.posted_output_grads, u, *core_->peers, use.rank,
+                            core_->ranks.Message(true, i, slots_.size(), use.consumer, use.input),
+                            "the gradient of " + OutputName(j, use.output, i), core_->messages);
     if (grad.isTensor()) {
       AddGrad(slot.output_grads[use.output], grad.toTensor(), core_->stages[j].device);
     }
   }
+  PostNextReceive(j, ActionKind::kRecvBackward);
 }
 
 // Every received input that carried gradient is answered (None when it got

@@ -177,6 +177,7 @@ void PipelineRun::RunAction(const Action& action) {
 
 void PipelineRun::Execute(const ExecutionPlan& plan) {
   std::lock_guard<std::mutex> one_schedule_at_a_time(core_->run_mutex);
+  PlanReceivesAhead(plan);
   gpipe::Execute(
       plan, core_->workers,
       [this](const Action& a) {

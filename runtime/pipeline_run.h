@@ -14,6 +14,7 @@
 #include "runtime/pipeline_core.h"
 #include "runtime/recompute.h"
 #include "runtime/schedule_order.h"
+#include "runtime/value_transfer.h"
 
 namespace gpipe {
 
@@ -91,6 +92,11 @@ class PipelineRun {
     // B left its weight-gradient work to SEND_B, to run once its input
     // gradients are on their way (the previous stage waits for those).
     bool weight_gradients_after_send = false;
+    // Receives posted ahead for RECV_F (per input) and RECV_B (per remote
+    // use of an output), taken by that action; nullopt: not posted.
+    std::vector<std::optional<PostedValue>> posted_inputs;
+    std::vector<std::optional<PostedValue>> posted_output_grads;
+    bool outputs_sent = false;  // SEND_F ran: which outputs carry gradient is known
   };
 
   // The executor (executor.h) runs `plan`'s actions with RunAction as the
@@ -129,6 +135,19 @@ class PipelineRun {
   void SendOutputs(size_t i, size_t j);         // SEND_F
   void ReceiveOutputGrads(size_t i, size_t j);  // RECV_B
   void SendInputGrads(size_t i, size_t j);      // SEND_B
+  // Receives posted ahead: per stage and direction, the micro-batches of
+  // the running plan's RECV actions in the stage's order, the next to run
+  // and how many were posted. At most one is posted and not yet taken, so a stage
+  // holds one extra buffer per direction; a RECV_B is posted only after its
+  // micro-batch's SEND_F (before it, whether the gradient comes is unknown).
+  // Touched by stage j's tasks only, and by Execute before and after them.
+  struct ReceiveQueue {
+    std::vector<size_t> micro_batches;
+    size_t next = 0;    // the RECV action to run next
+    size_t posted = 0;  // how many are posted: next, or next + 1
+  };
+  void PlanReceivesAhead(const ExecutionPlan& plan);
+  void PostNextReceive(size_t j, ActionKind kind);
   void ReceiveModelOutputs();  // all micro-batches' (forward(), then the caller's loss)
   void SendModelOutputGrads(const std::vector<at::Tensor>& output_grads);
   c10::IValue ReceiveModelOutput(size_t i, size_t k);  // one (the loss inside the schedule)
@@ -150,6 +169,7 @@ class PipelineRun {
   // stage's tasks only (DeferredWeightGrads::Add also by autograd's threads).
   std::vector<c10::intrusive_ptr<DeferredWeightGrads>> deferred_weight_grads_;
   std::vector<size_t> weight_gradients_done_;
+  std::vector<ReceiveQueue> input_receives_, grad_receives_;  // [stage]: RECV_F's, RECV_B's
 };
 
 }  // namespace gpipe

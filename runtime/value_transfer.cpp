@@ -164,28 +164,33 @@ void SendValue(PeerGroup& peers, const c10::IValue& value, bool carries_grad, in
   if (payload.defined() && payload.numel() > 0) peers.Send(payload, peer, 2 * message + 1, what);
 }
 
-c10::IValue RecvValue(PeerGroup& peers, int peer, int message, const std::string& what,
-                      MessageMemory* memory) {
-  if (memory != nullptr) {
-    if (std::optional<MessageMemory::Header> last = memory->Last(false, peer, message)) {
-      const int64_t bytes = PayloadBytes(*last);
-      at::Tensor one = at::empty({bytes + kHeaderBytes}, at::kByte);
-      peers.Recv(one, peer, 2 * message + 1, what);
-      int64_t h[kHeaderSize];
-      std::memcpy(h, one.data_ptr<uint8_t>() + bytes, kHeaderBytes);
-      CheckHeader(h, peer, what);
-      // "The same value as last time" must say the remembered header, or the
-      // bytes in the buffer are not the tensor the header describes.
-      TORCH_CHECK(h[kFollows] == 1 || std::equal(h, h + kFollows, last->begin()), "rank ", peer,
-                  " sent a malformed message for ", what,
-                  ": the ranks run different artifacts or gpipe-cpp versions; start them all with the same ones");
-      if (h[kFollows] == 0) {
-        return ValueOf(h, peer, what, peers, [&](at::Tensor& t) {
-          std::memcpy(t.data_ptr(), one.data_ptr(), static_cast<size_t>(bytes));
-        });
-      }
-    }
-  }
+namespace {
+
+// The one message of a remembered header, received into `one`: the value,
+// or nullopt when the sender said "the header follows" (the value changed).
+std::optional<c10::IValue> ValueOfOne(PeerGroup& peers, const at::Tensor& one,
+                                      const MessageMemory::Header& last, int peer,
+                                      const std::string& what) {
+  const int64_t bytes = PayloadBytes(last);
+  int64_t h[kHeaderSize];
+  std::memcpy(h, one.data_ptr<uint8_t>() + bytes, kHeaderBytes);
+  CheckHeader(h, peer, what);
+  // "The same value as last time" must say the remembered header, or the
+  // bytes in the buffer are not the tensor the header describes.
+  TORCH_CHECK(h[kFollows] == 1 || std::equal(h, h + kFollows, last.begin()), "rank ", peer,
+              " sent a malformed message for ", what,
+              ": the ranks run different artifacts or gpipe-cpp versions; start them all with the "
+              "same ones");
+  if (h[kFollows] == 1) return std::nullopt;
+  return ValueOf(h, peer, what, peers, [&](at::Tensor& t) {
+    std::memcpy(t.data_ptr(), one.data_ptr(), static_cast<size_t>(bytes));
+  });
+}
+
+// The header, then the value it describes: the first message of a message
+// id, or one whose value changed.
+c10::IValue RecvHeaderAndValue(PeerGroup& peers, int peer, int message, const std::string& what,
+                               MessageMemory* memory) {
   at::Tensor header = Header();
   peers.Recv(header, peer, 2 * message, what);
   const int64_t* h = header.data_ptr<int64_t>();
@@ -195,6 +200,42 @@ c10::IValue RecvValue(PeerGroup& peers, int peer, int message, const std::string
                      h[kOverNccl] ? std::nullopt : std::optional<MessageMemory::Header>(HeaderOf(header)));
   }
   return ValueOf(h, peer, what, peers, [&](at::Tensor& t) { peers.Recv(t, peer, 2 * message + 1, what); });
+}
+
+}  // namespace
+
+c10::IValue RecvValue(PeerGroup& peers, int peer, int message, const std::string& what,
+                      MessageMemory* memory) {
+  if (memory != nullptr) {
+    if (std::optional<MessageMemory::Header> last = memory->Last(false, peer, message)) {
+      at::Tensor one = at::empty({PayloadBytes(*last) + kHeaderBytes}, at::kByte);
+      peers.Recv(one, peer, 2 * message + 1, what);
+      if (std::optional<c10::IValue> value = ValueOfOne(peers, one, *last, peer, what)) {
+        return *std::move(value);
+      }
+    }
+  }
+  return RecvHeaderAndValue(peers, peer, message, what, memory);
+}
+
+std::optional<PostedValue> PostValue(PeerGroup& peers, int peer, int message,
+                                     const std::string& what, MessageMemory& memory) {
+  std::optional<MessageMemory::Header> last = memory.Last(false, peer, message);
+  if (!last) return std::nullopt;
+  PostedValue posted{peer,  message,
+                     what,  at::empty({PayloadBytes(*last) + kHeaderBytes}, at::kByte),
+                     *last, nullptr};
+  posted.receive = peers.PostRecv(posted.buffer, peer, 2 * message + 1, what);
+  return posted;
+}
+
+c10::IValue TakePostedValue(PeerGroup& peers, PostedValue posted, MessageMemory& memory) {
+  peers.WaitRecv(*posted.receive);
+  if (std::optional<c10::IValue> value =
+          ValueOfOne(peers, posted.buffer, posted.expected, posted.peer, posted.what)) {
+    return *std::move(value);
+  }
+  return RecvHeaderAndValue(peers, posted.peer, posted.message, posted.what, &memory);
 }
 
 }  // namespace gpipe

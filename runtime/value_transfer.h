@@ -58,6 +58,22 @@ class MessageMemory {
   std::unordered_map<int64_t, Header> sent_, received_;  // key: peer << 32 | message
 };
 
+// A value's receive posted ahead of the task that takes it. Only a message
+// whose header `memory` remembers is posted (its one message has a known
+// size); otherwise nothing is (nullopt) and RecvValue receives as usual.
+// Each posted value must be taken by TakePostedValue, once.
+struct PostedValue {
+  int peer = 0;
+  int message = 0;
+  std::string what;
+  at::Tensor buffer;  // the remembered header's bytes, then the header
+  MessageMemory::Header expected;
+  std::shared_ptr<PeerGroup::PostedRecv> receive;
+};
+std::optional<PostedValue> PostValue(PeerGroup& peers, int peer, int message,
+                                     const std::string& what, MessageMemory& memory);
+c10::IValue TakePostedValue(PeerGroup& peers, PostedValue posted, MessageMemory& memory);
+
 // A defined tensor that requires grad: the values whose gradients travel back.
 inline bool CarriesGrad(const c10::IValue& v) {
   return v.isTensor() && v.toTensor().defined() && v.toTensor().requires_grad();

@@ -84,6 +84,42 @@ TEST(ValueTransfer, RememberedHeadersCarryEverySequenceOfValuesAsSent) {
   });
 }
 
+// A receive posted before the value is sent (as the pipeline posts its next
+// RECV ahead) takes it, whatever the sequence: the same shape again, another
+// shape (the sender's "header follows"), None; another message id received
+// meanwhile is not taken by it. Nothing is posted before a header is known.
+TEST(ValueTransfer, AReceivePostedBeforeTheSendTakesTheValueSent) {
+  std::vector<c10::IValue> sequence = {at::randn({4, 3}), at::randn({4, 3}), at::randn({2, 3}),
+                                       at::randn({2, 3}), c10::IValue(),     c10::IValue(),
+                                       at::randn({4, 3}), at::randn({4, 3})};
+  WithTwoRanks([&](PeerGroup& peers) {
+    MessageMemory memory;
+    for (size_t step = 0; step < sequence.size(); ++step) {
+      const c10::IValue other = at::full({2}, static_cast<double>(step));
+      if (peers.rank() == 0) {
+        peers.Barrier("rank 1 posted");
+        SendValue(peers, other, false, 1, 4, "another", &memory);
+        SendValue(peers, sequence[step], true, 1, 3, "a value", &memory);
+        peers.WaitSends();
+        continue;
+      }
+      std::optional<PostedValue> posted = PostValue(peers, 0, 3, "a value", memory);
+      EXPECT_EQ(posted.has_value(), step > 0) << "step " << step;
+      peers.Barrier("rank 1 posted");
+      EXPECT_TRUE(
+          torch::equal(RecvValue(peers, 0, 4, "another", &memory).toTensor(), other.toTensor()));
+      const c10::IValue got = posted ? TakePostedValue(peers, *std::move(posted), memory)
+                                     : RecvValue(peers, 0, 3, "a value", &memory);
+      const c10::IValue& want = sequence[step];
+      ASSERT_EQ(got.tagKind(), want.tagKind()) << "step " << step;
+      if (want.isTensor()) {
+        EXPECT_TRUE(torch::equal(got.toTensor(), want.toTensor())) << "step " << step;
+        EXPECT_TRUE(got.toTensor().requires_grad()) << "step " << step;
+      }
+    }
+  });
+}
+
 TEST(ValueTransfer, AValueTheProtocolCannotCarryIsRefusedBeforeSending) {
   WithTwoRanks([&](PeerGroup& peers) {
     if (peers.rank() != 0) return;
