@@ -1,6 +1,7 @@
 #pragma once
 
 #include <boost/filesystem.hpp>
+#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -23,7 +24,10 @@ constexpr int kExitError = 1;  // the input or the run failed (message on stderr
 constexpr int kExitUsage = 2;  // the command line itself is wrong
 
 // Runs a CLI body, turning exceptions into one readable line on stderr.
+// SIGXFSZ is ignored: over a file-size limit (ulimit -f) a write then fails
+// with EFBIG and the save says so, instead of the process dying without a word.
 inline int RunCli(const char* program, const std::function<int()>& body) {
+  std::signal(SIGXFSZ, SIG_IGN);
   try {
     return body();
   } catch (const boost::program_options::error& e) {

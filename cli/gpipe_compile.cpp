@@ -1,5 +1,7 @@
 // gpipe-compile: TorchScript model (.pt) -> pipelined artifact (.gpipe).
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
@@ -171,7 +173,7 @@ int Main(int argc, char** argv) {
        "defaults); recorded in the artifact to check inputs against")
       ("unbatched-inputs", po::value(&unbatched_inputs),
        "tensor arguments given whole to every micro-batch instead of split along dim 0, e.g. mask")
-      ("tolerance", po::value(&tolerance)->default_value(1e-5), "--verify: largest allowed scaled difference");
+      ("tolerance", po::value(&tolerance)->default_value(1e-5, "1e-05"), "--verify: largest allowed scaled difference");
   // clang-format on
   po::variables_map vm;
   if (!gpipe::ParseCommandLine(argc, argv, opts, "model", vm)) return 0;
@@ -235,9 +237,15 @@ int Main(int argc, char** argv) {
   if (!sample_input.empty()) specs = gpipe::ParseInputSpecs(sample_input);
   options.sample_inputs = specs;
   if (vm.count("unbatched-inputs")) options.unbatched_inputs = gpipe::SplitList(unbatched_inputs);
-  options.progress = [](const std::string& what, size_t done, size_t total) {
-    std::fprintf(stderr, "\r%s: step %zu/%zu%s", what.c_str(), done, total,
-                 done == total ? "\n" : "");
+  // A line redrawn in place on a terminal; in a log, only the last.
+  options.progress = [terminal = isatty(STDERR_FILENO) == 1](const std::string& what, size_t done,
+                                                             size_t total) {
+    if (terminal) {
+      std::fprintf(stderr, "\r%s: step %zu/%zu%s", what.c_str(), done, total,
+                   done == total ? "\n" : "");
+    } else if (done == total) {
+      std::fprintf(stderr, "%s: step %zu/%zu\n", what.c_str(), done, total);
+    }
     std::fflush(stderr);
   };
 

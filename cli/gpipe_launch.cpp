@@ -124,6 +124,12 @@ int Main(int argc, char** argv) {
     return 0;
   }
   po::notify(vm);
+  // After the artifact every option is gpipe-run's: a --nproc there is not seen.
+  if (!vm.count("nproc")) {
+    throw po::error(
+        "--nproc N is required and goes before the artifact: gpipe-launch --nproc N ART.gpipe "
+        "[gpipe-run options]");
+  }
   if (nproc < 1 || nproc > kMaxRanks) throw po::error("--nproc must be between 1 and 1024");
   if (nnodes < 1 || node_rank < 0 || node_rank >= nnodes) throw po::error("--node-rank must be in [0, --nnodes)");
   if (master_port < 0 || master_port > 65535) throw po::error("--master-port must be a port number");

@@ -118,15 +118,15 @@ int Main(int argc, char** argv) {
   opts.add_options()
       ("help,h", "print this help and exit")
       ("artifact", po::value(&artifact), "artifact written by gpipe-compile (positional)")
-      ("sample-input", po::value(&sample_input), "input shape(s), e.g. 64x512 or 8x128:int64:1000 (required)")
-      ("train", "train with SGD instead of running inference")
-      ("steps", po::value(&steps)->default_value(10), "number of steps")
-      ("lr", po::value(&lr)->default_value(0.01), "--train: SGD learning rate")
+      ("sample-input", po::value(&sample_input), "input shape(s), e.g. 64x512 or 8x128:int64:1000 (required without --data)")
+      ("train", "train instead of running inference (plain SGD on random data; with --data, see --optimizer)")
+      ("steps", po::value(&steps)->default_value(10), "number of steps (with --data and no --steps: one epoch)")
+      ("lr", po::value(&lr)->default_value(0.01), "--train: learning rate (of every --optimizer)")
       ("loss", po::value(&loss_kind)->default_value("mse"),
        "--train: mse (against a fixed random target) or sum; with --data: cross_entropy (the default there), "
        "nll, mse, bce_with_logits or model (the model returns its loss)")
       ("chunks", po::value(&chunks)->default_value(0), "micro-batches (0 = as compiled)")
-      ("checkpoint", po::value(&checkpoint), "always, except_last, never, selective or budget (default: as compiled)")
+      ("checkpoint", po::value(&checkpoint), "what backward recomputes instead of keeping: always, except_last, never, selective or budget (default: as compiled; saving is --save and --checkpoint-every)")
       ("schedule", po::value(&schedule),
        "--train: the order of work: gpipe, 1f1b, interleaved-1f1b, zb-h1, or a CSV file of "
        "actions per worker as PyTorch writes them, e.g. plan.csv (default: as compiled)")
@@ -191,6 +191,9 @@ int Main(int argc, char** argv) {
   }
   // Before the run, not after it: a path that cannot be written would lose the run's work.
   if (!save.empty()) gpipe::CheckOutputPath(save, "model.gpipe", "--save");
+  if (!data_cli.metrics_out.empty()) {
+    gpipe::CheckOutputPath(data_cli.metrics_out, "metrics.jsonl", "--metrics-out");
+  }
 
   gpipe::PipelineOptions options;
   if (chunks > 0) options.chunks = chunks;
@@ -282,10 +285,12 @@ int Main(int argc, char** argv) {
     if (!vm["steps"].defaulted()) data_steps = steps;
     gpipe::CheckpointCli checkpoints{save, checkpoint_every, std::nullopt};
     if (vm.count("resume")) checkpoints.resume_from = artifact;
-    const int64_t done = gpipe::TrainOnData(pipe, data_cli, vm, lr, data_steps, static_cast<uint64_t>(seed), peers,
-                                            verbose, checkpoints, stop);
+    const gpipe::DataRunEnd end =
+        gpipe::TrainOnData(pipe, data_cli, vm, lr, data_steps, static_cast<uint64_t>(seed), peers,
+                           verbose, checkpoints, stop);
     if (interrupted && verbose) {
-      std::printf("interrupted after %lld steps (%s)\n", static_cast<long long>(done),
+      std::printf("interrupted after step %lld of %lld (%s)\n",
+                  static_cast<long long>(end.last_step), static_cast<long long>(end.total_steps),
                   SignalName(interrupted));
     }
     return interrupted ? ExitInterrupted() : 0;

@@ -2,8 +2,10 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -39,8 +41,8 @@ void AddDataTrainingOptions(po::options_description& options, DataTrainingCli& c
       "optimizer", po::value(&cli.optimizer)->default_value("sgd"), "--data: sgd, adam or adamw")(
       "momentum", po::value(&cli.momentum)->default_value(0), "--optimizer sgd: momentum")(
       "nesterov", "--optimizer sgd: Nesterov momentum")(
-      "beta1", po::value(&cli.beta1)->default_value(0.9), "--optimizer adam/adamw")(
-      "beta2", po::value(&cli.beta2)->default_value(0.999), "--optimizer adam/adamw")(
+      "beta1", po::value(&cli.beta1)->default_value(0.9, "0.9"), "--optimizer adam/adamw")(
+      "beta2", po::value(&cli.beta2)->default_value(0.999, "0.999"), "--optimizer adam/adamw")(
       "weight-decay", po::value(&cli.weight_decay),
       "--data: weight decay (default 0; 0.01 for adamw)")(
       "lr-schedule", po::value(&cli.lr_schedule)->default_value("constant"),
@@ -127,8 +129,15 @@ class MetricsFile {
     if (pending_.is_null() || !file_.is_open()) return;
     file_ << pending_.dump() << '\n';
     file_.flush();
-    TORCH_CHECK(file_.good(), "writing --metrics-out '", path_, "' failed (is the disk full?)");
     pending_ = nullptr;
+    if (!file_.good()) {
+      // The metrics are a by-product: losing them must not lose the run's save.
+      std::fprintf(stderr,
+                   "gpipe-run: warning: writing --metrics-out '%s' failed (%s); training goes on "
+                   "without it\n",
+                   path_.c_str(), std::strerror(errno));
+      file_.close();
+    }
   }
 
  private:
@@ -139,10 +148,10 @@ class MetricsFile {
 
 }  // namespace
 
-int64_t TrainOnData(Pipeline& pipe, const DataTrainingCli& cli, const po::variables_map& vm,
-                    double lr, std::optional<int64_t> steps, uint64_t seed,
-                    std::shared_ptr<PeerGroup> peers, bool verbose,
-                    const CheckpointCli& checkpoints, const std::function<bool(int64_t)>& stop) {
+DataRunEnd TrainOnData(Pipeline& pipe, const DataTrainingCli& cli, const po::variables_map& vm,
+                       double lr, std::optional<int64_t> steps, uint64_t seed,
+                       std::shared_ptr<PeerGroup> peers, bool verbose,
+                       const CheckpointCli& checkpoints, const std::function<bool(int64_t)>& stop) {
   TORCH_CHECK(cli.eval_fraction >= 0 && cli.eval_fraction < 1, "--eval-fraction ",
               cli.eval_fraction, " must be in [0, 1)");
   TORCH_CHECK(cli.eval_fraction == 0 || cli.eval_data.empty(),
@@ -302,7 +311,7 @@ int64_t TrainOnData(Pipeline& pipe, const DataTrainingCli& cli, const po::variab
                 evaluated.c_str());
   }
   if (!checkpoints.save.empty() && trainer.step() > first) save("saved");
-  return trainer.step() - first;
+  return {trainer.step(), trainer.total_steps()};
 }
 
 }  // namespace gpipe

@@ -38,13 +38,19 @@ struct CheckpointCli {
   std::optional<std::string> resume_from;  // --resume: the artifact loaded, with its training state
 };
 
+// Where a run on data ended: its last step, counted over the whole run (a
+// resumed run goes on counting), and the step the whole run ends at.
+struct DataRunEnd {
+  int64_t last_step = 0;
+  int64_t total_steps = 0;
+};
+
 // Trains `pipe`; `steps` is --steps when given (the whole run's steps).
 // `stop(step)` runs after every step and returns true to stop (Ctrl-C).
-// Returns the steps done in this process.
-int64_t TrainOnData(Pipeline& pipe, const DataTrainingCli& cli,
-                    const boost::program_options::variables_map& vm, double lr,
-                    std::optional<int64_t> steps, uint64_t seed, std::shared_ptr<PeerGroup> peers,
-                    bool verbose, const CheckpointCli& checkpoints,
-                    const std::function<bool(int64_t)>& stop);
+DataRunEnd TrainOnData(Pipeline& pipe, const DataTrainingCli& cli,
+                       const boost::program_options::variables_map& vm, double lr,
+                       std::optional<int64_t> steps, uint64_t seed,
+                       std::shared_ptr<PeerGroup> peers, bool verbose,
+                       const CheckpointCli& checkpoints, const std::function<bool(int64_t)>& stop);
 
 }  // namespace gpipe

@@ -45,6 +45,21 @@ size_t StageOf(size_t node_index, const StagePlan& plan) {
 
 }  // namespace
 
+void CheckBudgetCoversEveryStage(const std::vector<StageKeepCosts>& costs, int64_t budget_bytes) {
+  // The stage that needs the most, so that the least the message names is
+  // enough for all (the first stage below the budget may need less).
+  size_t most = 0;
+  for (size_t s = 1; s < costs.size(); ++s) {
+    if (costs[s].output_bytes > costs[most].output_bytes) most = s;
+  }
+  if (costs.empty() || costs[most].output_bytes <= budget_bytes) return;
+  TORCH_CHECK(false, "--activation-budget ", MiB(budget_bytes), " is below what stage ", most,
+              " must keep for each micro-batch in flight: the tensors it hands on, ",
+              MiB(costs[most].output_bytes),
+              " on the sample's micro-batch, the most of any stage; give at least that, or use "
+              "more --chunks (smaller micro-batches)");
+}
+
 BudgetChoice ChooseWithinBudget(const StageKeepCosts& costs, int64_t budget_bytes, size_t stage) {
   TORCH_CHECK(costs.output_bytes <= budget_bytes, "--activation-budget ", MiB(budget_bytes),
               " is below what stage ", stage,

@@ -46,6 +46,10 @@ struct BudgetChoice {
 //   -> keeps a (10 per byte), then c (2 per byte; b no longer fits): 16 bytes, 40 FLOPs recomputed
 BudgetChoice ChooseWithinBudget(const StageKeepCosts& costs, int64_t budget_bytes, size_t stage);
 
+// Throws, naming the stage that must keep the most and how much, when the
+// budget is below any stage's outputs: checked before any stage is planned.
+void CheckBudgetCoversEveryStage(const std::vector<StageKeepCosts>& costs, int64_t budget_bytes);
+
 // Runs the lowered model's graph once, without gradients and on copies of
 // its buffers, on `micro_batch` (forward's arguments for one micro-batch),
 // and measures for every stage of `split` its savable products' bytes and

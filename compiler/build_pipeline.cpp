@@ -143,6 +143,10 @@ BuiltPipeline BuildPipeline(const LoweredProgram& program, const StagePlan& plan
   const std::vector<StageKeepCosts> keep_costs =
       MeasureForBudget(program, plan, split, options, manifest.arguments);
   manifest.activation_budget_mib = options.activation_budget_mib;
+  if (!keep_costs.empty()) {
+    CheckBudgetCoversEveryStage(keep_costs,
+                                static_cast<int64_t>(*options.activation_budget_mib * (1 << 20)));
+  }
   for (const auto& ref : split.model_outputs) manifest.outputs.push_back(ToSource(ref));
   size_t unit = 0;
   for (size_t s = 0; s < num_stages; ++s) {

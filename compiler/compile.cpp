@@ -122,7 +122,10 @@ std::vector<PartitionUnit> ChooseUnitsFor(const LoweredModel& lowered, const Mod
     required = PlanSplitBefore(lowered.graph, options.split_before).first_node;
     num_stages = required.size();
   }
-  report.units_chosen = true;
+  // Only plain --stages leaves the cuts to the units: say so (and how to fix
+  // the level). Under --split-before the cuts are the user's, and under
+  // --balance-by the profile places them.
+  report.units_chosen = options.split_before.empty() && !options.balance_by;
   return ChooseUnits(tree, num_stages, required);
 }
 

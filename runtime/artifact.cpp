@@ -1,6 +1,7 @@
 #include "runtime/artifact.h"
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <boost/filesystem.hpp>
@@ -71,6 +72,9 @@ ArtifactReader::ArtifactReader(const std::string& path) : path_(path) {
   TORCH_CHECK(fs::exists(path), "artifact '", path, "' does not exist; create it with "
               "gpipe-compile MODEL.pt -o ", path);
   TORCH_CHECK(fs::is_regular_file(path), "artifact '", path, "' is not a regular file");
+  // Before the zip reader, whose failure to open says only "not a zip archive".
+  TORCH_CHECK(::access(path.c_str(), R_OK) == 0, "cannot read artifact '", path, "' (",
+              std::strerror(errno), "); check its permissions");
   try {
     reader_ = std::make_unique<caffe2::serialize::PyTorchStreamReader>(path);
   } catch (const c10::Error& e) {

@@ -80,10 +80,17 @@ void WriteFileAtomically(const std::string& path, const std::string& example_nam
   fs::path target = fs::absolute(path);
   RemoveStaleTempFiles(target);
   const std::string temp = TempNameFor(target);
-  // Out of space (ENOSPC), over a size limit (EFBIG): one line, old file kept.
+  // Out of space, over a size limit, not allowed: one line with the fix that
+  // fits, old file kept.
   auto refuse = [&](int error) {
+    const char* fix = error == ENOSPC  ? "free some space, or write elsewhere"
+                      : error == EFBIG ? "the file-size limit (ulimit -f) is lower than the file; "
+                                         "raise it, or write elsewhere"
+                      : error == EACCES || error == EPERM || error == EROFS
+                          ? "make the directory writable, or write elsewhere"
+                          : "write elsewhere";
     TORCH_CHECK(false, "writing '", path, "' failed (", std::strerror(error), "); any earlier '",
-                path, "' is left as it was: free some space, or write elsewhere");
+                path, "' is left as it was: ", fix);
   };
   try {
     int write_errno = 0;

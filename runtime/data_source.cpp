@@ -1,6 +1,9 @@
 #include "runtime/data_source.h"
 
+#include <algorithm>
+#include <boost/crc.hpp>
 #include <boost/filesystem.hpp>
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 
@@ -250,6 +253,29 @@ std::shared_ptr<const DataSource> SliceDataSource(std::shared_ptr<const DataSour
   TORCH_CHECK(0 <= begin && begin < end && end <= source->size(), "examples [", begin, ", ", end,
               ") are not a part of ", source->size());
   return std::make_shared<Slice>(std::move(source), begin, end);
+}
+
+std::string DataFingerprint(const DataSource& source) {
+  constexpr int64_t kSamples = 64;
+  const int64_t n = source.size();
+  std::vector<int64_t> indices;
+  for (int64_t k = 0; k < std::min(n, kSamples); ++k)
+    indices.push_back(k * n / std::min(n, kSamples));
+  boost::crc_32_type crc;
+  crc.process_bytes(&n, sizeof n);
+  DataBatch batch = indices.empty() ? DataBatch() : source.Get(indices);
+  std::vector<at::Tensor> tensors = batch.inputs;
+  if (batch.targets.defined()) tensors.push_back(batch.targets);
+  for (const at::Tensor& tensor : tensors) {
+    const at::Tensor t = tensor.contiguous();
+    const auto dtype = static_cast<int64_t>(t.scalar_type());
+    crc.process_bytes(&dtype, sizeof dtype);
+    crc.process_bytes(t.sizes().data(), t.sizes().size() * sizeof(int64_t));
+    crc.process_bytes(t.data_ptr(), t.nbytes());
+  }
+  char hex[9];
+  std::snprintf(hex, sizeof hex, "%08x", crc.checksum());
+  return hex;
 }
 
 DataBatch DataSourceDataset::get_batch(c10::ArrayRef<size_t> positions) {

@@ -45,6 +45,13 @@ class DataSource {
 std::shared_ptr<const DataSource> OpenDataSource(const std::string& path,
                                                  const DataOptions& options = {});
 
+// What tells one data set from another at --resume: a CRC-32 of up to 64
+// examples spread evenly over the source (their inputs' and targets' bytes,
+// dtypes and shapes) and the count, as 8 hex digits. Another file, or the
+// same one rewritten, differs unless every sampled example is unchanged; it
+// reads 64 examples, not the whole data.
+std::string DataFingerprint(const DataSource& source);
+
 // The examples [begin, end) of another source (e.g. the training part and
 // the held-out evaluation part of one file).
 std::shared_ptr<const DataSource> SliceDataSource(std::shared_ptr<const DataSource> source,

@@ -1,10 +1,20 @@
 #include "runtime/pipeline_error.h"
 
+#include <boost/filesystem.hpp>
+
 #include <c10/util/Exception.h>
 
 namespace gpipe {
 
 std::string ErrorMessage(const std::exception& e) {
+  // Boost.Filesystem's own words ("boost::filesystem::status: Permission
+  // denied [system:13]: \"d\"") name its function; ours name the path.
+  if (auto* fs_error = dynamic_cast<const boost::filesystem::filesystem_error*>(&e)) {
+    std::string paths = "'" + fs_error->path1().string() + "'";
+    if (!fs_error->path2().empty()) paths += " or '" + fs_error->path2().string() + "'";
+    return "cannot access " + paths + " (" + fs_error->code().message() +
+           "); check the path and its permissions";
+  }
   std::string message = e.what();
   if (auto* c10_error = dynamic_cast<const c10::Error*>(&e)) message = c10_error->what_without_backtrace();
   // torch::data's DataLoader rethrows a reader's error as a runtime_error

@@ -63,7 +63,11 @@ auto MakeLoader(std::shared_ptr<const DataSource> source, std::vector<int64_t> o
 
 Trainer::Trainer(Pipeline& pipe, std::shared_ptr<const DataSource> train,
                  std::shared_ptr<const DataSource> eval, TrainerOptions options)
-    : pipe_(pipe), train_(std::move(train)), eval_(std::move(eval)), options_(std::move(options)) {
+    : pipe_(pipe),
+      train_(std::move(train)),
+      eval_(std::move(eval)),
+      train_fingerprint_(DataFingerprint(*train_)),
+      options_(std::move(options)) {
   TORCH_CHECK(options_.batch_size >= 1, "--batch-size must be at least 1");
   TORCH_CHECK(options_.grad_accum >= 1, "--grad-accum must be at least 1");
   TORCH_CHECK(options_.epochs >= 1, "--epochs must be at least 1");
@@ -251,6 +255,11 @@ int64_t Trainer::Run(const std::function<void(const StepReport&)>& on_step,
   return step;
 }
 
+namespace {
+// Saved with the options, compared apart: older checkpoints lack it.
+constexpr const char* kDataFingerprint = "training data fingerprint";
+}  // namespace
+
 std::map<std::string, std::string> Trainer::ResumeOptions() const {
   const OptimizerOptions& o = options_.optimizer;
   auto number = [](double x) {
@@ -297,12 +306,22 @@ TrainingState Trainer::Capture() const {
   state.optimizer = bytes.str();
   state.cpu_rng = CaptureRngState(c10::Device(c10::kCPU)).cpu;
   state.options = ResumeOptions();
+  state.options[kDataFingerprint] = train_fingerprint_;
   return state;
 }
 
 void Trainer::Restore(const TrainingState& state, const std::string& checkpoint) {
   if (auto mismatch = DescribeOptionMismatch(state.options, ResumeOptions(), checkpoint))
     TORCH_CHECK(false, *mismatch);
+  // Checkpoints written before the fingerprint was saved carry none: accepted.
+  auto saved_data = state.options.find(kDataFingerprint);
+  TORCH_CHECK(saved_data == state.options.end() || saved_data->second == train_fingerprint_,
+              "checkpoint '", checkpoint,
+              "' was trained on other data (the training examples' "
+              "fingerprint was ",
+              saved_data->second, ", this data's is ", train_fingerprint_,
+              ": another file, or the same one rewritten); resume with the data it was trained "
+              "on, or train afresh from it without --resume");
   TORCH_CHECK(state.step < total_steps_, "checkpoint '", checkpoint, "' has done ", state.step,
               " steps already, and this run ends at step ", total_steps_,
               "; give a larger --steps (it counts the "

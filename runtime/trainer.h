@@ -92,6 +92,7 @@ class Trainer {
 
   Pipeline& pipe_;
   std::shared_ptr<const DataSource> train_, eval_;
+  std::string train_fingerprint_;  // DataFingerprint(*train_), saved with the training state
   TrainerOptions options_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   int64_t total_steps_ = 0;

@@ -55,5 +55,22 @@ TEST(ActivationBudget, ABudgetBelowTheOutputsNamesTheStageAndTheLeast) {
   }
 }
 
+// Checked over all stages first: the message names the largest need, not the
+// first stage found below the budget, so that giving what it says suffices.
+TEST(ActivationBudget, ABudgetBelowSeveralStagesNamesTheLargestNeed) {
+  std::vector<StageKeepCosts> costs = {Table(1 << 20, {}), Table(2 << 20, {}), Table(4 << 20, {}),
+                                       Table(3 << 20, {})};
+  EXPECT_NO_THROW(CheckBudgetCoversEveryStage(costs, 4 << 20));
+  try {
+    CheckBudgetCoversEveryStage(costs, 3 << 19);
+    FAIL() << "a budget below the outputs was accepted";
+  } catch (const c10::Error& e) {
+    EXPECT_EQ(e.msg(),
+              "--activation-budget 1.5 MiB is below what stage 2 must keep for each micro-batch in "
+              "flight: the tensors it hands on, 4.0 MiB on the sample's micro-batch, the most of "
+              "any stage; give at least that, or use more --chunks (smaller micro-batches)");
+  }
+}
+
 }  // namespace
 }  // namespace gpipe

@@ -63,6 +63,9 @@ TEST(BalanceBy, TimeBalancedTransformerStillVerifies) {
   ASSERT_EQ(result.exit_code, 0) << result.output;
   EXPECT_NE(result.output.find("balance by time: max/mean stage cost"), std::string::npos) << result.output;
   EXPECT_NE(result.output.find("profiling units: step 3/3"), std::string::npos) << result.output;
+  // Not a terminal: no progress redrawn with carriage returns, only the last line.
+  EXPECT_EQ(result.output.find('\r'), std::string::npos) << result.output;
+  EXPECT_EQ(result.output.find("profiling units: step 1/3"), std::string::npos) << result.output;
   EXPECT_NE(result.output.find(" OK\n"), std::string::npos) << result.output;
 }
 

@@ -239,6 +239,14 @@ TEST(Distributed, MismatchedRanksAndMissingEnvironmentAreClearErrors) {
   auto no_artifact = RunCli("gpipe-launch", "--nproc 2 --steps 3");
   EXPECT_EQ(no_artifact.exit_code, 2) << no_artifact.output;
   EXPECT_OUTPUT_HAS(no_artifact, "the artifact is missing: gpipe-launch --nproc N ART.gpipe [gpipe-run options]");
+
+  // After the artifact, options are gpipe-run's: a --nproc there is not the launcher's.
+  auto late_nproc = RunCli("gpipe-launch", art + " --nproc 2");
+  EXPECT_EQ(late_nproc.exit_code, 2) << late_nproc.output;
+  EXPECT_EQ(
+      testing::LastLine(late_nproc.output),
+      "gpipe-launch: --nproc N is required and goes before the artifact: gpipe-launch --nproc N "
+      "ART.gpipe [gpipe-run options]; see gpipe-launch --help\n");
 }
 
 TEST(Distributed, RanksStartedWithDifferentOptionsRefuseToRun) {

@@ -5,6 +5,7 @@
 // checkpoint, never the checkpoint; a bad file or loss is one line.
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <boost/filesystem.hpp>
 #include <cmath>
@@ -123,8 +124,9 @@ TEST(Faults, ADataFileRewrittenUnderARunIsOneLineAndAReplacedOneIsReadAsOpened) 
   EXPECT_OUTPUT_HAS(replaced, "exit=0");
 }
 
-// A file-size limit (ulimit -f, with SIGXFSZ ignored) fails the write as a
-// full disk does: the save is one line and the old checkpoint stays whole.
+// A file-size limit (ulimit -f) fails the write as a full disk does: the
+// CLIs ignore SIGXFSZ (which would kill them silently), so the save is one
+// line naming the limit and the old checkpoint stays whole.
 TEST(Faults, ASaveTheDiskRefusesIsOneLineAndKeepsTheOldCheckpoint) {
   Classifier c;
   const std::string ck = c.dir.path("ck.gpipe");
@@ -132,17 +134,43 @@ TEST(Faults, ASaveTheDiskRefusesIsOneLineAndKeepsTheOldCheckpoint) {
   ASSERT_EQ(first.exit_code, 0) << first.output;
   const std::string before = Bytes(ck);
   ASSERT_GT(before.size(), 64u * 1024) << "the limit below must cut the save short";
-  auto full = RunShell("bash -c 'trap \"\" XFSZ; ulimit -f 64; " + CliPath("gpipe-run") + " " + ck +
-                       c.train + " --resume --steps 4 --save " + ck + "; echo exit=$?'");
-  EXPECT_OUTPUT_HAS(full, "gpipe-run: error: writing '" + ck +
-                              "' failed (File too large); any earlier '" + ck +
-                              "' is left as it was: free some space, or write elsewhere\nexit=1\n");
+  auto full = RunShell("bash -c 'ulimit -f 64; " + CliPath("gpipe-run") + " " + ck + c.train +
+                       " --resume --steps 4 --save " + ck + "; echo exit=$?'");
+  EXPECT_OUTPUT_HAS(
+      full, "gpipe-run: error: writing '" + ck + "' failed (File too large); any earlier '" + ck +
+                "' is left as it was: the file-size limit (ulimit -f) is lower than the "
+                "file; raise it, or write elsewhere\nexit=1\n");
   EXPECT_EQ(Bytes(ck), before);
   EXPECT_TRUE(TempFilesIn(c.dir.path("")).empty());
 }
 
 // Row 13 of the inputs is NaN: in file order with batches of 8 it is in
 // step 2's mini-batch, micro-batch 1 (its rows 4-7).
+// A data directory its user may not read: our line naming the file, not
+// Boost's ("boost::filesystem::status: Permission denied"). Root reads
+// everything, so the run drops to nobody's user id (setpriv).
+TEST(Faults, AnUnreadableDataDirectoryOrArtifactNamesTheFileAndThePermission) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run as another user";
+  Classifier c;
+  ASSERT_EQ(RunShell("chmod 000 " + c.data).exit_code, 0);
+  auto denied = RunShell("setpriv --reuid=65534 --regid=65534 --clear-groups " +
+                         CliPath("gpipe-run") + " " + c.artifact + c.train + " --steps 1");
+  RunShell("chmod 755 " + c.data);
+  EXPECT_EQ(testing::LastLine(denied.output),
+            "gpipe-run: error: cannot access '" + c.data +
+                "/inputs.npy' (Permission denied); check the path and its permissions\n")
+      << denied.output;
+
+  // An artifact it may not read is not "not a gpipe artifact".
+  ASSERT_EQ(RunShell("chmod 600 " + c.artifact).exit_code, 0);
+  auto artifact = RunShell("setpriv --reuid=65534 --regid=65534 --clear-groups " +
+                           CliPath("gpipe-inspect") + " " + c.artifact);
+  EXPECT_EQ(testing::LastLine(artifact.output),
+            "gpipe-inspect: error: cannot read artifact '" + c.artifact +
+                "' (Permission denied); check its permissions\n")
+      << artifact.output;
+}
+
 TEST(Faults, ANanLossStopsNamingTheMicroBatchOrIsSkippedWithEveryOptimizer) {
   Classifier c;
   {

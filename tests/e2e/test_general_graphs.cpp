@@ -68,6 +68,7 @@ TEST(GeneralGraphs, ResNet50SplitBeforeNestedBlocks) {
   TempDir dir;
   auto report = CompileModel(TestModel("resnet50.pt"), dir.path("r.gpipe"), options);
   EXPECT_EQ(report.manifest.stages.size(), 4u);
+  EXPECT_FALSE(report.units_chosen);  // the cuts are the user's: no "units chosen" footer
   // Each stage lists the units it runs: the named block starts the next stage
   // (its first unit, layer2.0.conv1, was listed last in the stage before).
   for (size_t s = 1; s < 4; ++s) {

@@ -46,6 +46,29 @@ TEST(Signals, SigtermAndSighupFinishTheStepSaveAndExitAsTheShellReportsThem) {
   }
 }
 
+// Training on data names the step it stopped after and the step the whole
+// run would have ended at (the "step k/N" lines' N).
+TEST(Signals, ADataRunStoppedBySigtermSavesAndNamesItsStepOfTheWhole) {
+  TempDir dir;
+  ASSERT_EQ(RunCli("gpipe-compile", TestModel("big_first.pt") + " -o " + dir.path("c.gpipe") +
+                                        " --stages 2 --chunks 2")
+                .exit_code,
+            0);
+  const std::string out = dir.path("d.gpipe");
+  auto result = RunShell(
+      SignalWhenReady(CliPath("gpipe-run") + " " + dir.path("c.gpipe") + " --train --data " +
+                          TestModel("data_cls") +
+                          " --batch-size 8 --epochs 100000 --checkpoint-every 1 --save " + out,
+                      out, "TERM"));
+  const size_t at = result.output.find("step 1/");
+  ASSERT_NE(at, std::string::npos) << result.output;
+  const std::string total = result.output.substr(at + 7, result.output.find(' ', at + 7) - at - 7);
+  EXPECT_OUTPUT_HAS(result, "interrupted after step ");
+  EXPECT_OUTPUT_HAS(result, " of " + total + " (SIGTERM)\n");
+  EXPECT_OUTPUT_HAS(result, "exit=143");
+  EXPECT_EQ(Pipeline::load(out).num_stages(), 2u);
+}
+
 // SIGTERM to the launcher reaches every rank, which saves one checkpoint
 // together; SIGKILL cannot be passed on, and the ranks stop by themselves.
 TEST(Signals, TheLauncherPassesSigtermOnAndItsRanksDoNotOutliveIt) {
@@ -117,6 +140,14 @@ TEST(OutputPaths, AnOutputThatCannotBeWrittenIsRefusedBeforeTheRun) {
   EXPECT_EQ(trace.exit_code, 1);
   EXPECT_OUTPUT_HAS(trace, "cannot write --trace '" + dir.path("no/such/trace.json") + "'");
   EXPECT_EQ(trace.output.find("step 1"), std::string::npos) << trace.output;
+
+  // The metrics file too: checked before the data is even opened.
+  auto metrics = RunCli("gpipe-run", dir.path("m.gpipe") + " --train --data " + dir.path("d") +
+                                         " --metrics-out " + dir.path("no/such/m.jsonl"));
+  EXPECT_EQ(metrics.exit_code, 1);
+  EXPECT_EQ(testing::LastLine(metrics.output), "gpipe-run: error: cannot write --metrics-out '" +
+                                                   dir.path("no/such/m.jsonl") + "': directory '" +
+                                                   dir.path("no/such") + "' does not exist\n");
 }
 
 TEST(OutputPaths, OptionsThatWouldDoNothingAreRefused) {

@@ -8,8 +8,10 @@
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/script.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 
 #include <nlohmann/json.hpp>
 
@@ -292,6 +294,28 @@ TEST(Training, AResumedRunEndsWithTheUninterruptedRunsWeightsBitwise) {
       "gpipe-run: error: checkpoint '" + dir.path("half.gpipe") +
           "' has done 3 steps already, and this run ends "
           "at step 3; give a larger --steps (it counts the whole run's steps) or more --epochs\n");
+  // The same options on other data (the token file's bytes reversed: as many
+  // examples, other tokens) are refused before any step.
+  {
+    std::ifstream in(TestModel("tokens.bin"), std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::reverse(bytes.begin(), bytes.end());
+    std::ofstream(dir.path("other.bin"), std::ios::binary) << bytes;
+  }
+  std::string other_data = data;
+  other_data.replace(other_data.find(TestModel("tokens.bin")), TestModel("tokens.bin").size(),
+                     dir.path("other.bin"));
+  auto other =
+      RunCli("gpipe-run", dir.path("half.gpipe") + other_data + sgd + " --resume --steps 6");
+  EXPECT_EQ(other.exit_code, 1) << other.output;
+  EXPECT_OUTPUT_HAS(other,
+                    "gpipe-run: error: checkpoint '" + dir.path("half.gpipe") +
+                        "' was trained on other data (the training examples' fingerprint was ");
+  EXPECT_OUTPUT_HAS(other,
+                    ": another file, or the same one rewritten); resume with the data it was "
+                    "trained on, or train afresh from it without --resume\n");
+  EXPECT_EQ(other.output.find("step 4/6"), std::string::npos) << other.output;
+
   EXPECT_EQ(error_of(dir.path("g.gpipe"), "--steps 6"),
             "gpipe-run: error: '" + dir.path("g.gpipe") +
                 "' has no training state to resume (it was written by "
