@@ -5,10 +5,10 @@
 #include <optional>
 #include <thread>
 
-#include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/torch.h>
 
 #include "compiler/model_loader.h"
+#include "runtime/executor_mode.h"
 #include "runtime/microbatch.h"
 #include "runtime/pipeline.h"
 
@@ -57,11 +57,6 @@ at::Tensor SumAll(const Leaves& outputs) {
 }
 
 }  // namespace
-
-SimpleExecutorScope::SimpleExecutorScope() : previous_(torch::jit::getExecutorMode()) {
-  torch::jit::getExecutorMode() = false;
-}
-SimpleExecutorScope::~SimpleExecutorScope() { torch::jit::getExecutorMode() = previous_; }
 
 namespace {
 
@@ -137,7 +132,7 @@ std::optional<Run> RunFloat64(const std::string& model_path, const std::vector<c
 
 VerifyResult VerifyArtifact(const std::string& model_path, const std::string& artifact_path,
                             const std::vector<InputSpec>& specs, double tolerance) {
-  SimpleExecutorScope simple_executor;
+  SignatureKeyedExecutorScope signature_keyed;
   torch::manual_seed(0);
   // Each reference run loads its own copy of the model and frees it on
   // return, keeping only results and gradients: for ViT-H/14 (632M

@@ -38,14 +38,4 @@ struct VerifyResult {
 VerifyResult VerifyArtifact(const std::string& model_path, const std::string& artifact_path,
                             const std::vector<InputSpec>& inputs, double tolerance);
 
-// RAII switch to the simple executor, restoring the previous mode.
-class SimpleExecutorScope {
- public:
-  SimpleExecutorScope();
-  ~SimpleExecutorScope();
-
- private:
-  bool previous_;
-};
-
 }  // namespace gpipe

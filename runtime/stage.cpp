@@ -4,10 +4,10 @@
 #include <sstream>
 
 #include <torch/csrc/jit/api/function_impl.h>
-#include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/cuda.h>
 
 #include "runtime/artifact.h"
+#include "runtime/executor_mode.h"
 
 namespace gpipe {
 
@@ -108,17 +108,10 @@ namespace {
 // as both happened to warm up alike. The mode is a process-wide flag read
 // when an executor is made, so it is set only around making these.
 void MakeSignatureKeyedExecutors(torch::jit::Module& module) {
-  const bool previous = torch::jit::getExecutorMode();
-  torch::jit::getExecutorMode() = false;
-  try {
-    for (const torch::jit::Method& method : module.get_methods()) {
-      torch::jit::toGraphFunction(method.function()).get_executor();
-    }
-  } catch (...) {
-    torch::jit::getExecutorMode() = previous;
-    throw;
+  SignatureKeyedExecutorScope signature_keyed;
+  for (const torch::jit::Method& method : module.get_methods()) {
+    torch::jit::toGraphFunction(method.function()).get_executor();
   }
-  torch::jit::getExecutorMode() = previous;
 }
 
 }  // namespace
